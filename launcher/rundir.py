@@ -1,0 +1,94 @@
+"""The run directory: one folder per run holding the spec, per-rank logs, status and result.
+
+Layout (the same for local runs and Slurm jobs):
+    spec.json           the validated spec the ranks read
+    status.json         state, exit code, command, times, and the Slurm job id if any
+    logs/rank-N.log     everything rank N printed
+    logs/rank-N.error   rank N's traceback, when it failed
+    result.json         what the entrypoint returned on rank 0 (arrays in result.npz)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+
+from .errors import UsageError
+from .spec import JobSpec
+
+RUNS_ROOT = "runs"
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write to a temp file in the same folder, fsync, then rename: readers never see half a file."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_json(path: Path, value) -> None:
+    atomic_write_bytes(path, (json.dumps(value, indent=2, sort_keys=True) + "\n").encode())
+
+
+class RunDirectory:
+    def __init__(self, path: str | Path):
+        self.path = Path(path).absolute()
+
+    spec_file = property(lambda self: self.path / "spec.json")
+    status_file = property(lambda self: self.path / "status.json")
+    result_file = property(lambda self: self.path / "result.json")
+    arrays_file = property(lambda self: self.path / "result.npz")
+    logs = property(lambda self: self.path / "logs")
+
+    def rank_log(self, rank: int) -> Path:
+        return self.logs / f"rank-{rank}.log"
+
+    def rank_error(self, rank: int) -> Path:
+        return self.logs / f"rank-{rank}.error"
+
+    @classmethod
+    def create(cls, spec: JobSpec, path: str | Path | None = None) -> "RunDirectory":
+        """Make the run directory: the given path, the spec's run_dir, or runs/{name}-{time}.
+
+        An existing directory is accepted only if empty, so no run overwrites another's results.
+        """
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        template = str(path) if path is not None else spec.run_dir or f"{RUNS_ROOT}/{{name}}-{{time}}"
+        target = Path(template.replace("{name}", spec.name).replace("{time}", stamp))
+        if target.exists() and any(target.iterdir()):
+            if path is None and spec.run_dir is None:
+                target = Path(tempfile.mkdtemp(prefix=target.name + "-", dir=target.parent))
+            else:
+                raise UsageError(f"run directory {target} already holds files; choose a new or empty one")
+        run = cls(target)
+        run.logs.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(run.spec_file, spec.model_dump_json(indent=2).encode())
+        return run
+
+    def read_spec(self) -> JobSpec:
+        return JobSpec.model_validate_json(self.spec_file.read_text())
+
+    def read_status(self) -> dict:
+        try:
+            return json.loads(self.status_file.read_text())
+        except FileNotFoundError:
+            return {}
+
+    def update_status(self, **fields) -> dict:
+        status = {**self.read_status(), **fields}
+        atomic_write_json(self.status_file, status)
+        return status
+
+    def failed_ranks(self) -> list[int]:
+        return sorted(int(p.stem.split("-")[1]) for p in self.logs.glob("rank-*.error"))

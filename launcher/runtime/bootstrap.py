@@ -1,0 +1,122 @@
+"""Entry point of every rank: `python -m launcher.runtime.bootstrap` (started by mpirun or srun).
+
+Order matters: MPI and the device environment are set up BEFORE JAX is imported, because JAX
+reads XLA_FLAGS / CUDA_VISIBLE_DEVICES once, at import.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import logging
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+
+RUN_DIR_ENV = "JAXLAUNCH_RUN_DIR"
+
+
+def load_entrypoint(entrypoint: str):
+    """The function named by 'pkg.module:function' or '/abs/path/file.py:function'."""
+    target, _, function = entrypoint.rpartition(":")
+    if target.endswith(".py"):
+        path = Path(target)
+        sys.path.insert(0, str(path.parent))  # let the job import its sibling modules
+        spec = importlib.util.spec_from_file_location(f"jaxlaunch_job_{path.stem}", path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        spec.loader.exec_module(module)
+    else:
+        sys.path.insert(0, os.getcwd())
+        module = importlib.import_module(target)
+    try:
+        return getattr(module, function)
+    except AttributeError:
+        raise AttributeError(f"entrypoint {entrypoint!r}: {target} has no function {function!r}") from None
+
+
+def _fail(comm, output, run, rank: int, exc: BaseException, exit_code: int = 1) -> None:
+    """Show the traceback, keep it in the run directory, and bring the whole job down.
+
+    Without MPI_Abort the other ranks would wait forever in their next collective.
+    """
+    text = "".join(traceback.format_exception(exc))
+    try:
+        if run is not None:  # first line: the one-line summary `jaxlaunch run` prints
+            summary = traceback.format_exception_only(exc)[-1].strip()
+            run.rank_error(rank).write_text(f"{summary}\n\n{text}")
+        if output is not None:
+            output.write_direct(text)
+            output.stop(timeout=1.0)
+        else:
+            sys.stderr.write(text)
+            sys.stderr.flush()
+    finally:
+        if comm is not None and comm.Get_size() > 1:
+            comm.Abort(exit_code)
+        os._exit(exit_code)
+
+
+def main() -> None:
+    from mpi4py import MPI  # MPI_Init happens here; JAX is not imported yet
+
+    from ..rundir import RunDirectory
+    from .output import RankOutput
+    from .topology import device_environment, local_rank_from_env, node_index_from_local_ranks
+
+    comm = MPI.COMM_WORLD
+    rank, size = comm.Get_rank(), comm.Get_size()
+    output = run = None
+    try:
+        run = RunDirectory(os.environ[RUN_DIR_ENV])
+        output = RankOutput(run.rank_log(rank), rank).start()
+        spec = run.read_spec()
+
+        local = local_rank_from_env(os.environ)
+        if local is None:  # no launcher variable: ask MPI which ranks share this host
+            shared = comm.Split_type(MPI.COMM_TYPE_SHARED)
+            local = (shared.Get_rank(), shared.Get_size())
+        local_rank, local_size = local
+        node_index, num_nodes = node_index_from_local_ranks(rank, comm.allgather(local_rank))
+
+        os.environ.update(device_environment(spec.platform, spec.devices_per_process, local_rank, os.environ))
+        os.environ.update(spec.env)
+
+        import jax  # noqa: E402  (after the device environment, on purpose)
+        import numpy as np
+        from jax.sharding import Mesh
+
+        from ..results import write_result
+        from .context import DEVICE_AXIS, JobContext
+
+        devices = jax.local_devices()
+        if len(devices) != spec.devices_per_process:
+            raise RuntimeError(f"rank {rank} sees {len(devices)} devices, expected devices_per_process="
+                               f"{spec.devices_per_process}: {devices}")
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s",
+                            stream=sys.stderr)
+        ctx = JobContext(rank=rank, size=size, local_rank=local_rank, local_size=local_size or 1,
+                         node_index=node_index, num_nodes=num_nodes, local_devices=devices,
+                         mesh=Mesh(np.array(devices), (DEVICE_AXIS,)), run_dir=run.path,
+                         params=dict(spec.params))
+        function = load_entrypoint(spec.entrypoint)
+        started = time.perf_counter()
+        value = function(ctx)
+        jax.effects_barrier()  # let asynchronously dispatched mpi4jax calls finish before exit
+        if rank == 0:
+            write_result(run, value)
+        ctx.logger.info("entrypoint finished in %.2f s", time.perf_counter() - started)
+        output.stop()
+    except SystemExit as exc:
+        if exc.code not in (None, 0):
+            _fail(comm, output, run, rank, exc, exc.code if isinstance(exc.code, int) else 1)
+        if output is not None:
+            output.stop()
+    except BaseException as exc:  # noqa: BLE001  (any failure must abort every rank)
+        _fail(comm, output, run, rank, exc)
+
+
+if __name__ == "__main__":
+    main()

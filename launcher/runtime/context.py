@@ -1,0 +1,40 @@
+"""JobContext: what an entrypoint gets. `def main(ctx): ...`"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+# Axis name of the per-process Mesh over local devices.
+DEVICE_AXIS = "devices"
+
+
+@dataclass(frozen=True)
+class JobContext:
+    rank: int                  # global MPI rank
+    size: int                  # number of processes
+    local_rank: int            # rank among the processes of this node; devices are bound by it
+    local_size: int            # processes on this node
+    node_index: int            # 0 .. num_nodes-1
+    num_nodes: int
+    local_devices: list        # the JAX devices this process drives
+    mesh: Any                  # jax.sharding.Mesh over local_devices, axis DEVICE_AXIS
+    run_dir: Path
+    params: dict = field(default_factory=dict)
+    logger: logging.Logger = field(default_factory=lambda: logging.getLogger("jaxlaunch.job"))
+
+    @property
+    def is_main(self) -> bool:
+        """True on rank 0, the rank whose return value becomes result.json."""
+        return self.rank == 0
+
+    @property
+    def num_local_devices(self) -> int:
+        return len(self.local_devices)
+
+    @property
+    def global_device_offset(self) -> int:
+        """Index of this process's first device in the global device order (all ranks have the same count)."""
+        return self.rank * len(self.local_devices)

@@ -1,0 +1,92 @@
+"""Where this process sits (rank, local rank, node) and which devices it may use. Pure functions
+of the environment, so they are unit-tested without MPI or a GPU."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Mapping
+
+# Set by `jaxlaunch run`, which emulates `nodes` x `processes_per_node` on one machine.
+EMULATED_PPN = "JAXLAUNCH_EMULATED_PROCESSES_PER_NODE"
+
+
+@dataclass(frozen=True)
+class Topology:
+    rank: int
+    size: int
+    local_rank: int
+    local_size: int
+    node_index: int
+    num_nodes: int
+
+
+def local_rank_from_env(env: Mapping[str, str]) -> tuple[int, int] | None:
+    """(local rank, processes on this node) as the launcher set them, or None if unknown.
+
+    Open MPI's mpirun sets OMPI_COMM_WORLD_LOCAL_*; srun sets SLURM_LOCALID for its tasks.
+    SLURM_LOCALID alone is not trusted: a batch script's own environment has it too (always 0),
+    so it counts only inside a step (SLURM_STEP_ID) that srun launched (SLURM_PROCID).
+    """
+    if EMULATED_PPN in env and "OMPI_COMM_WORLD_RANK" in env:
+        ppn = int(env[EMULATED_PPN])
+        return int(env["OMPI_COMM_WORLD_RANK"]) % ppn, ppn
+    if "OMPI_COMM_WORLD_LOCAL_RANK" in env:
+        return int(env["OMPI_COMM_WORLD_LOCAL_RANK"]), int(env.get("OMPI_COMM_WORLD_LOCAL_SIZE", "0")) or None
+    if "SLURM_LOCALID" in env and "SLURM_STEP_ID" in env and "SLURM_PROCID" in env:
+        tasks = env.get("SLURM_TASKS_PER_NODE", "")
+        match = re.match(r"(\d+)", tasks)
+        return int(env["SLURM_LOCALID"]), int(match.group(1)) if match else None
+    return None
+
+
+def node_index_from_local_ranks(rank: int, local_ranks: list[int]) -> tuple[int, int]:
+    """(this rank's node index, number of nodes) from every rank's local rank.
+
+    Launchers map ranks to nodes in blocks (mpirun's default by-slot mapping, srun's block
+    distribution), so each node starts where a local rank is 0. Hostnames cannot be used
+    instead: emulated and test clusters run several "nodes" on one host.
+    """
+    starts = [r for r, local in enumerate(local_ranks) if local == 0]
+    if not starts or starts[0] != 0:
+        raise RuntimeError(f"cannot map ranks to nodes: local ranks {local_ranks} are not in blocks")
+    node = sum(1 for s in starts if s <= rank) - 1
+    return node, len(starts)
+
+
+def cpu_device_flags(xla_flags: str, devices: int) -> str:
+    """XLA_FLAGS with the host device count set (replacing any earlier value)."""
+    kept = [f for f in xla_flags.split() if not f.startswith("--xla_force_host_platform_device_count")]
+    return " ".join(kept + [f"--xla_force_host_platform_device_count={devices}"])
+
+
+def visible_gpus(local_rank: int, devices_per_process: int, already_visible: str | None) -> str:
+    """CUDA_VISIBLE_DEVICES for this process, chosen by LOCAL rank.
+
+    - nothing set: GPUs local_rank*d .. local_rank*d+d-1 of the node;
+    - Slurm already narrowed it to exactly d GPUs (per-task binding): keep it;
+    - a node-wide list (e.g. --gpus-per-node without per-task binding): take our slice of it.
+    """
+    d = devices_per_process
+    if already_visible is None or already_visible.strip() == "":
+        return ",".join(str(i) for i in range(local_rank * d, local_rank * d + d))
+    ids = [x for x in already_visible.split(",") if x.strip()]
+    if len(ids) == d:
+        return ",".join(ids)
+    if len(ids) < (local_rank + 1) * d:
+        raise RuntimeError(
+            f"local rank {local_rank} needs GPUs {local_rank * d}..{local_rank * d + d - 1} but "
+            f"CUDA_VISIBLE_DEVICES={already_visible!r} lists only {len(ids)}; request more GPUs per node "
+            f"(slurm.gpus_per_node) or fewer processes_per_node x devices_per_process"
+        )
+    return ",".join(ids[local_rank * d:(local_rank + 1) * d])
+
+
+def device_environment(platform: str, devices_per_process: int, local_rank: int,
+                       env: Mapping[str, str]) -> dict[str, str]:
+    """Environment to set before JAX is imported so each process sees its own devices."""
+    if platform == "cpu":
+        return {"JAX_PLATFORMS": "cpu",
+                "XLA_FLAGS": cpu_device_flags(env.get("XLA_FLAGS", ""), devices_per_process)}
+    return {"JAX_PLATFORMS": "cuda",
+            "CUDA_VISIBLE_DEVICES": visible_gpus(local_rank, devices_per_process, env.get("CUDA_VISIBLE_DEVICES"))}

@@ -1,0 +1,1 @@
+"""Slurm backend: render batch scripts, submit and follow jobs."""

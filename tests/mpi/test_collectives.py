@@ -1,0 +1,145 @@
+"""launcher collectives against NumPy references. Written for any MPI size and any number of
+local devices: run as `pytest --with-mpi tests/mpi` and `mpirun -n 2 python -m pytest --with-mpi tests/mpi`."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+import launcher
+
+pytestmark = pytest.mark.mpi
+
+
+@pytest.fixture(scope="module")
+def world():
+    from mpi4py import MPI
+    return MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size()
+
+
+def n_local():
+    return jax.local_device_count()
+
+
+def per_device_values(rank, base=1.0):
+    """Row i holds (global device index + base), as the normalize job lays it out."""
+    first = rank * n_local()
+    return np.arange(first, first + n_local(), dtype=np.float32) + base
+
+
+def test_stacked_pmap_leaf_sums_over_all_devices(world):
+    rank, size = world
+    x = jax.pmap(lambda v: v)(per_device_values(rank))
+    total = launcher.allreduce(x)
+    expected = np.arange(size * n_local(), dtype=np.float32).sum() + size * n_local()
+    assert total.shape == x.shape
+    np.testing.assert_allclose(np.asarray(total), np.full(n_local(), expected))
+    normalized = np.asarray(x) / np.asarray(total)
+    all_values = launcher.allgather(normalized)
+    assert all_values.shape == (size * n_local(),)
+    np.testing.assert_allclose(all_values.sum(), 1.0, rtol=1e-6)
+
+
+def test_sharded_leaf_over_mesh_keeps_its_sharding(world):
+    rank, size = world
+    mesh = Mesh(np.array(jax.local_devices()), ("devices",))
+    sharding = NamedSharding(mesh, PartitionSpec("devices"))
+    x = jax.device_put(per_device_values(rank), sharding)
+    out = launcher.allreduce(x, op="max")
+    assert out.sharding == x.sharding or n_local() == 1
+    np.testing.assert_allclose(np.asarray(out), np.full(n_local(), size * n_local(), np.float32))
+
+
+@pytest.mark.parametrize("op, reference", [
+    ("sum", lambda xs: np.sum(xs, axis=0)),
+    ("mean", lambda xs: np.mean(xs, axis=0)),
+    ("max", lambda xs: np.max(xs, axis=0)),
+    ("min", lambda xs: np.min(xs, axis=0)),
+])
+def test_per_process_leaves_match_numpy(world, op, reference):
+    rank, size = world
+    contributions = [np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4) * (r + 1) - r for r in range(size)]
+    out = launcher.allreduce({"np": contributions[rank], "jax": jnp.asarray(contributions[rank])}, op=op)
+    np.testing.assert_allclose(out["np"], reference(np.stack(contributions)), rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(out["jax"]), reference(np.stack(contributions)), rtol=1e-6)
+    assert isinstance(out["np"], np.ndarray) and isinstance(out["jax"], jax.Array)
+
+
+def test_mixed_dtypes_scalars_and_nesting(world):
+    rank, size = world
+    tree = {
+        "f32": np.full((2, 3), rank + 1, np.float32),
+        "f64": np.array([rank * 0.5], np.float64),
+        "i32": jnp.array([rank, 2 * rank], jnp.int32),
+        "scalar": float(rank),
+        "int": rank + 1,
+        "bf16": jnp.array([1.5, 2.0], jnp.bfloat16),
+        "nested": [np.ones(5, np.float32), (np.int64(rank),)],
+        "empty": np.zeros((0, 3), np.float32),
+    }
+    out = launcher.allreduce(tree)
+    ranks = np.arange(size)
+    np.testing.assert_allclose(out["f32"], np.full((2, 3), (ranks + 1).sum()))
+    np.testing.assert_allclose(out["f64"], [ranks.sum() * 0.5])
+    np.testing.assert_array_equal(np.asarray(out["i32"]), [ranks.sum(), 2 * ranks.sum()])
+    assert out["i32"].dtype == np.int32 and out["f64"].dtype == np.float64
+    assert out["scalar"] == pytest.approx(ranks.sum()) and isinstance(out["scalar"], float)
+    assert out["int"] == (ranks + 1).sum() and isinstance(out["int"], int)
+    assert out["bf16"].dtype == jnp.bfloat16
+    np.testing.assert_allclose(np.asarray(out["bf16"], np.float32), [1.5 * size, 2.0 * size])
+    np.testing.assert_allclose(out["nested"][0], np.full(5, size))
+    assert out["nested"][1][0] == ranks.sum()
+    assert out["empty"].shape == (0, 3)
+
+
+def test_empty_tree_is_returned_unchanged():
+    assert launcher.allreduce({}) == {}
+    assert launcher.allreduce([]) == []
+
+
+def test_bool_any_and_all(world):
+    rank, size = world
+    out = launcher.allreduce({"any": np.array(rank == size - 1), "all": np.array(rank == 0)}, op="max")
+    assert bool(out["any"]) is True
+    assert bool(out["all"]) is True
+    out = launcher.allreduce({"all": np.array(rank == 0)}, op="min")
+    assert bool(out["all"]) is (size == 1)
+    assert launcher.allreduce(np.array([True, False]), op="sum").tolist() == [size, 0]
+
+
+def test_broadcast_from_root(world):
+    rank, size = world
+    root = size - 1
+    tree = {"a": np.full(3, rank, np.float32), "b": jnp.array(rank * 10, jnp.int32), "c": [float(rank)]}
+    out = launcher.broadcast(tree, root=root)
+    np.testing.assert_array_equal(out["a"], np.full(3, root, np.float32))
+    assert int(out["b"]) == root * 10 and out["b"].dtype == jnp.int32
+    assert out["c"][0] == root
+
+
+def test_allgather_in_rank_order(world):
+    rank, size = world
+    out = launcher.allgather({"rows": np.full((2, 3), rank, np.int32), "scalar": np.float32(rank)})
+    assert out["rows"].shape == (2 * size, 3)
+    np.testing.assert_array_equal(out["rows"][:, 0], np.repeat(np.arange(size), 2))
+    np.testing.assert_array_equal(out["scalar"], np.arange(size, dtype=np.float32))
+
+
+def test_barrier_returns():
+    launcher.barrier()
+
+
+def test_misuse_inside_jit_gets_a_clear_message():
+    with pytest.raises(TypeError, match="cannot run inside jax.jit, pmap or shard_map"):
+        jax.jit(lambda x: launcher.allreduce(x))(jnp.ones(3))
+
+
+def test_unknown_op_lists_the_valid_ones():
+    with pytest.raises(ValueError, match="op='prod' is not supported; use one of sum, mean, max, min"):
+        launcher.allreduce(np.ones(2), op="prod")
+
+
+def test_non_array_leaf_is_rejected():
+    with pytest.raises(TypeError, match=r"tree\['x'\] is a str"):
+        launcher.allreduce({"x": "text"})

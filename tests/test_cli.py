@@ -1,0 +1,75 @@
+"""The CLI through click's CliRunner: exact messages and exit codes, no tracebacks."""
+
+import sys
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from launcher.cli import main
+from launcher.local import find_mpirun
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def invoke(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def test_misspelled_key_exits_2_with_file_line_and_valid_keys(write_spec):
+    path = write_spec("name: x\nentrypoint: m:f\nnodez: 2\n")
+    result = invoke("run", path)
+    assert result.exit_code == 2
+    assert result.output == (
+        f"Error: {path}:3: nodez: unknown key.\n"
+        "  valid keys: devices_per_process, entrypoint, env, name, nodes, params, platform, "
+        "processes_per_node, run_dir, setup, slurm, timeout\n"
+        "  fix: did you mean 'nodes'? rename or remove the key.\n")
+    assert "Traceback" not in result.output
+
+
+def test_bad_override_exits_2(write_spec):
+    result = invoke("run", write_spec("name: x\nentrypoint: m:f\n"), "--set", "nodes=zero")
+    assert result.exit_code == 2
+    assert result.output.startswith("Error: --set nodes=zero: nodes: Input should be a valid integer")
+
+
+def test_missing_spec_file_exits_2(tmp_path):
+    result = invoke("run", tmp_path / "none.yaml")
+    assert result.exit_code == 2
+    assert result.output == f"Error: {tmp_path / 'none.yaml'}: no such file.\n  fix: check the path to the job spec.\n"
+
+
+def test_unknown_option_is_a_usage_error(write_spec):
+    result = invoke("run", write_spec("name: x\nentrypoint: m:f\n"), "--nope")
+    assert result.exit_code == 2 and "No such option '--nope'" in result.output
+
+
+def test_dry_run_prints_the_exact_command_and_environment(tmp_path):
+    result = invoke("run", ROOT / "jobs" / "normalize.yaml", "--run-dir", tmp_path / "r", "--dry-run",
+                    "--set", "env.EXTRA=1 2")
+    assert result.exit_code == 0, result.output
+    root_flag = " --allow-run-as-root" if __import__("os").geteuid() == 0 else ""
+    assert result.output == (
+        "command:\n"
+        f"  {find_mpirun()} -n 2 --oversubscribe --bind-to none{root_flag} {sys.executable} "
+        "-m launcher.runtime.bootstrap\n"
+        "environment:\n"
+        "  EXTRA='1 2'\n"
+        "  JAXLAUNCH_EMULATED_PROCESSES_PER_NODE=2\n"
+        f"  JAXLAUNCH_RUN_DIR={tmp_path / 'r'}\n")
+    assert not (tmp_path / "r").exists()  # a dry run creates nothing
+
+
+def test_run_into_a_used_directory_exits_2(tmp_path):
+    (tmp_path / "used").mkdir()
+    (tmp_path / "used" / "result.json").write_text("{}")
+    result = invoke("run", ROOT / "jobs" / "normalize.yaml", "--run-dir", tmp_path / "used")
+    assert result.exit_code == 2
+    assert result.output == f"Error: run directory {tmp_path / 'used'} already holds files; choose a new or empty one\n"
+
+
+def test_help_lists_every_command():
+    result = invoke("--help")
+    assert result.exit_code == 0
+    for command in main.commands:
+        assert command in result.output

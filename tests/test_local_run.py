@@ -1,0 +1,92 @@
+"""End to end: `jaxlaunch run` as a user types it, under a real mpirun."""
+
+import json
+import time
+
+import numpy as np
+import pytest
+
+from conftest import JOBS, TEST_JOBS, jaxlaunch
+
+pytestmark = pytest.mark.e2e
+
+
+def test_normalize_job(tmp_path):
+    result = jaxlaunch("run", JOBS / "normalize.yaml", "--run-dir", tmp_path / "run")
+    assert result.returncode == 0, result.stdout + result.stderr
+    values = json.loads((tmp_path / "run" / "result.json").read_text())["values"]
+    reference = np.arange(1, 5) / np.arange(1, 5).sum()
+    assert len(values) == 4 and len(set(values)) == 4
+    assert abs(sum(values) - 1) < 1e-6
+    np.testing.assert_allclose(values, reference, rtol=1e-6)
+    # live output carries rank prefixes; each rank's full log is kept
+    assert "[rank 0] " in result.stdout + result.stderr and "[rank 1] " in result.stdout + result.stderr
+    for rank in (0, 1):
+        assert "entrypoint finished" in (tmp_path / "run" / "logs" / f"rank-{rank}.log").read_text()
+    assert json.loads((tmp_path / "run" / "status.json").read_text())["state"] == "COMPLETED"
+
+
+def test_convolve_job_gathers_rows_in_order(tmp_path):
+    result = jaxlaunch("run", JOBS / "convolve.yaml", "--run-dir", tmp_path / "run", "--set", "params.row_offset=1")
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = json.loads((tmp_path / "run" / "result.json").read_text())["values"]
+    expected = [[11 + 9 * b, 20 + 9 * b, 29 + 9 * b] for b in range(8)]
+    assert rows == expected
+
+
+def test_convolve_default_rows_are_the_tutorial_result(tmp_path):
+    result = jaxlaunch("run", JOBS / "convolve.yaml", "--run-dir", tmp_path / "run",
+                       "--set", "processes_per_node=1", "--set", "nodes=2", "--set", "devices_per_process=1",
+                       "--set", "params.batch=4")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert json.loads((tmp_path / "run" / "result.json").read_text())["values"] == [[11.0, 20.0, 29.0]] * 4
+
+
+def test_failing_rank_brings_the_job_down_fast_with_its_traceback(tmp_path):
+    started = time.monotonic()
+    result = jaxlaunch("run", TEST_JOBS / "fail_on_rank.yaml", "--run-dir", tmp_path / "run", timeout=60)
+    elapsed = time.monotonic() - started
+    output = result.stdout + result.stderr
+    assert result.returncode == 1, output
+    assert elapsed < 10, f"took {elapsed:.1f} s"
+    assert "[rank 1] Traceback (most recent call last):" in output
+    assert "[rank 1] fail_on_rank.InjectedFailure: rank 1 failed on purpose" in output or \
+           "InjectedFailure: rank 1 failed on purpose" in output
+    assert "rank 1 failed: " in output and "InjectedFailure: rank 1 failed on purpose" in output
+    assert not (tmp_path / "run" / "result.json").exists()
+    assert json.loads((tmp_path / "run" / "status.json").read_text())["state"] == "FAILED"
+    assert "InjectedFailure" in (tmp_path / "run" / "logs" / "rank-1.error").read_text()
+
+
+def test_timeout_kills_the_job(tmp_path):
+    started = time.monotonic()
+    result = jaxlaunch("run", TEST_JOBS / "fail_on_rank.yaml", "--run-dir", tmp_path / "run",
+                       "--set", "entrypoint=fail_on_rank.py:sleep", "--set", "params.seconds=600",
+                       "--set", "timeout=4", timeout=60)
+    assert result.returncode == 1
+    assert time.monotonic() - started < 30
+    assert "TIMEOUT (timed out after 4 s)" in result.stderr
+    assert json.loads((tmp_path / "run" / "status.json").read_text())["state"] == "TIMEOUT"
+
+
+def test_topology_env_and_array_results(tmp_path):
+    result = jaxlaunch("run", TEST_JOBS / "fail_on_rank.yaml", "--run-dir", tmp_path / "run",
+                       "--set", "entrypoint=fail_on_rank.py:report", "--set", "nodes=2",
+                       "--set", "processes_per_node=2", "--set", "devices_per_process=2",
+                       "--set", "env.JOBTEST_VALUE=a b $(touch PWNED)")
+    assert result.returncode == 0, result.stdout + result.stderr
+    from launcher import load_result
+    value = load_result(tmp_path / "run")
+    # rows: rank, local rank, node index, number of nodes, local devices
+    assert value["ranks"] == [[0, 0, 0, 2, 2], [1, 1, 0, 2, 2], [2, 0, 1, 2, 2], [3, 1, 1, 2, 2]]
+    assert value["env"] == {"JOBTEST_VALUE": "a b $(touch PWNED)"}
+    np.testing.assert_array_equal(value["arrays"]["eye"], np.eye(2))
+    assert not (tmp_path / "PWNED").exists()
+
+
+def test_bad_spec_through_the_console_script_has_no_traceback(write_spec):
+    path = write_spec("name: x\nentrypoint: m:f\nnodez: 2\n")
+    result = jaxlaunch("run", path)
+    assert result.returncode == 2
+    assert result.stderr.startswith(f"Error: {path}:3: nodez: unknown key.")
+    assert "Traceback" not in result.stderr

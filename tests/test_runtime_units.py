@@ -1,0 +1,124 @@
+"""Pure pieces of the per-rank runtime: topology, device binding, results, entrypoint loading."""
+
+import json
+
+import numpy as np
+import pytest
+
+from launcher.results import encode_result, load_result, write_result
+from launcher.rundir import RunDirectory, atomic_write_bytes
+from launcher.runtime.bootstrap import load_entrypoint
+from launcher.runtime.topology import (EMULATED_PPN, cpu_device_flags, device_environment,
+                                       local_rank_from_env, node_index_from_local_ranks, visible_gpus)
+
+
+class TestLocalRank:
+    def test_open_mpi(self):
+        env = {"OMPI_COMM_WORLD_RANK": "5", "OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_LOCAL_SIZE": "4"}
+        assert local_rank_from_env(env) == (1, 4)
+
+    def test_srun_task(self):
+        env = {"SLURM_LOCALID": "3", "SLURM_STEP_ID": "0", "SLURM_PROCID": "7", "SLURM_TASKS_PER_NODE": "4(x2)"}
+        assert local_rank_from_env(env) == (3, 4)
+
+    def test_batch_script_environment_alone_is_not_a_task(self):
+        # sbatch exports SLURM_LOCALID=0 to the batch script; mpirun children inherit it.
+        assert local_rank_from_env({"SLURM_LOCALID": "0", "SLURM_PROCID": "0"}) is None
+
+    def test_open_mpi_wins_over_inherited_slurm_variables(self):
+        env = {"OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
+               "SLURM_LOCALID": "0", "SLURM_STEP_ID": "0", "SLURM_PROCID": "0"}
+        assert local_rank_from_env(env) == (1, 2)
+
+    def test_emulated_nodes(self):
+        env = {EMULATED_PPN: "2", "OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_LOCAL_RANK": "3"}
+        assert local_rank_from_env(env) == (1, 2)
+
+
+@pytest.mark.parametrize("local_ranks, expected", [
+    ([0, 1, 0, 1], [(0, 2), (0, 2), (1, 2), (1, 2)]),
+    ([0, 0, 0], [(0, 3), (1, 3), (2, 3)]),
+    ([0, 1, 2], [(0, 1)] * 3),
+])
+def test_node_index_from_blocks_of_local_ranks(local_ranks, expected):
+    assert [node_index_from_local_ranks(r, local_ranks) for r in range(len(local_ranks))] == expected
+
+
+def test_node_index_rejects_non_block_mapping():
+    with pytest.raises(RuntimeError, match="not in blocks"):
+        node_index_from_local_ranks(0, [1, 0])
+
+
+class TestDeviceBinding:
+    def test_cpu_sets_host_device_count_and_keeps_other_flags(self):
+        env = device_environment("cpu", 2, 0, {"XLA_FLAGS": "--xla_foo=1 --xla_force_host_platform_device_count=8"})
+        assert env == {"JAX_PLATFORMS": "cpu",
+                       "XLA_FLAGS": "--xla_foo=1 --xla_force_host_platform_device_count=2"}
+        assert cpu_device_flags("", 3) == "--xla_force_host_platform_device_count=3"
+
+    @pytest.mark.parametrize("local_rank, expected", [(0, "0,1"), (1, "2,3"), (3, "6,7")])
+    def test_gpu_binding_follows_the_local_rank(self, local_rank, expected):
+        assert device_environment("gpu", 2, local_rank, {}) == {"JAX_PLATFORMS": "cuda",
+                                                                 "CUDA_VISIBLE_DEVICES": expected}
+
+    def test_slurm_per_task_binding_is_kept(self):
+        assert visible_gpus(local_rank=3, devices_per_process=1, already_visible="5") == "5"
+
+    def test_node_wide_list_is_sliced_by_local_rank(self):
+        assert visible_gpus(local_rank=1, devices_per_process=2, already_visible="4,5,6,7") == "6,7"
+
+    def test_too_few_gpus_is_a_clear_error(self):
+        with pytest.raises(RuntimeError, match="lists only 3; request more GPUs per node"):
+            visible_gpus(local_rank=1, devices_per_process=2, already_visible="0,1,2")
+
+
+class TestResults:
+    def test_json_values_and_arrays(self, tmp_path):
+        run = RunDirectory(tmp_path)
+        write_result(run, {"loss": np.float32(0.5), "steps": np.int64(3), "weights": np.arange(6.0).reshape(2, 3),
+                           "nested": [{"ok": True}], "scalar_array": np.array(2.5), "nan": float("nan")})
+        raw = json.loads(run.result_file.read_text())
+        assert raw["loss"] == 0.5 and raw["steps"] == 3 and raw["scalar_array"] == 2.5 and raw["nan"] == "nan"
+        assert raw["weights"]["shape"] == [2, 3]
+        loaded = load_result(tmp_path)
+        np.testing.assert_array_equal(loaded["weights"], np.arange(6.0).reshape(2, 3))
+        assert loaded["nested"] == [{"ok": True}]
+
+    def test_unencodable_value_names_its_path(self):
+        with pytest.raises(TypeError, match=r"result.model\[1\] is a object"):
+            encode_result({"model": [1, object()]})
+
+    def test_atomic_write_leaves_no_partial_file(self, tmp_path, monkeypatch):
+        target = tmp_path / "result.json"
+        target.write_text("old")
+
+        def broken_replace(src, dst):
+            raise OSError("disk full")
+        monkeypatch.setattr("os.replace", broken_replace)
+        with pytest.raises(OSError):
+            atomic_write_bytes(target, b"new")
+        assert target.read_text() == "old"
+        assert [p.name for p in tmp_path.iterdir()] == ["result.json"]
+
+
+def test_run_directory_refuses_to_reuse_a_full_directory(tmp_path):
+    from launcher.errors import UsageError
+    from launcher.spec import JobSpec
+    spec = JobSpec(name="x", entrypoint="m:f")
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "result.json").write_text("{}")
+    with pytest.raises(UsageError, match="already holds files"):
+        RunDirectory.create(spec, tmp_path / "old")
+    run = RunDirectory.create(spec, tmp_path / "new")
+    assert run.read_spec() == spec and run.logs.is_dir()
+
+
+def test_load_entrypoint_from_file_and_module(tmp_path, monkeypatch):
+    (tmp_path / "helper.py").write_text("VALUE = 41\n")
+    (tmp_path / "job.py").write_text("import helper\ndef main(ctx): return helper.VALUE + 1\n")
+    assert load_entrypoint(f"{tmp_path}/job.py:main")(None) == 42
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sys.path", list(__import__("sys").path))
+    assert load_entrypoint("helper:VALUE") == 41
+    with pytest.raises(AttributeError, match="has no function 'nope'"):
+        load_entrypoint(f"{tmp_path}/job.py:nope")

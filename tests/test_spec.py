@@ -1,0 +1,161 @@
+"""The job spec: valid specs load into one typed object; bad input gets file:line, key and fix."""
+
+import pytest
+
+from launcher.errors import SpecError
+from launcher.spec import format_slurm_time, load_spec, parse_duration
+
+GOOD = """\
+name: demo
+entrypoint: mypkg.train:main
+nodes: 2
+processes_per_node: 4
+devices_per_process: 2
+platform: gpu
+params: {lr: 0.1, layers: [1, 2]}
+env: {OMP_NUM_THREADS: 4, FLAG: true}
+setup: ["module load cuda/12"]
+timeout: 1h30m
+slurm:
+  partition: gpu
+  time: "02:00:00"
+  gpus_per_node: 8
+  extra: ["--mem=64G"]
+"""
+
+
+def error_of(write_spec, text, overrides=()):
+    with pytest.raises(SpecError) as info:
+        load_spec(write_spec(text), list(overrides))
+    return str(info.value)
+
+
+def test_valid_spec_loads_typed_values(write_spec):
+    spec = load_spec(write_spec(GOOD))
+    assert (spec.name, spec.nodes, spec.processes_per_node, spec.devices_per_process) == ("demo", 2, 4, 2)
+    assert spec.num_processes == 8
+    assert spec.timeout == 5400 and spec.slurm.time == 7200
+    assert spec.env == {"OMP_NUM_THREADS": "4", "FLAG": "true"}
+    assert spec.params == {"lr": 0.1, "layers": [1, 2]}
+    assert spec.slurm.launch == "mpirun" and spec.slurm.extra == ["--mem=64G"]
+
+
+def test_defaults(write_spec):
+    spec = load_spec(write_spec("name: x\nentrypoint: m:f\n"))
+    assert (spec.nodes, spec.processes_per_node, spec.devices_per_process, spec.platform) == (1, 1, 1, "cpu")
+    assert spec.timeout is None and spec.run_dir is None and spec.slurm.partition is None
+
+
+def test_misspelled_key_names_file_line_key_and_valid_keys(write_spec):
+    path = write_spec("name: x\nentrypoint: m:f\nnodez: 2\n")
+    message = error_of(write_spec, path.read_text())
+    assert message == (
+        f"{path}:3: nodez: unknown key.\n"
+        "  valid keys: devices_per_process, entrypoint, env, name, nodes, params, platform, "
+        "processes_per_node, run_dir, setup, slurm, timeout\n"
+        "  fix: did you mean 'nodes'? rename or remove the key.")
+
+
+def test_nested_unknown_key_lists_the_section_keys(write_spec):
+    message = error_of(write_spec, "name: x\nentrypoint: m:f\nslurm:\n  partiton: gpu\n")
+    assert ":4: slurm.partiton: unknown key." in message
+    assert "valid keys under slurm: account, cpus_per_task, extra" in message
+    assert "did you mean 'partition'?" in message
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("name: x\nentrypoint: m:f\nnodes: two\n", ":3: nodes: Input should be a valid integer (got 'two')."),
+    ("name: x\nentrypoint: m:f\nnodes: 0\n", ":3: nodes: Input should be greater than or equal to 1 (got 0)."),
+    ("name: x\nentrypoint: m:f\nplatform: tpu\n", ":3: platform: Input should be 'cpu' or 'gpu' (got 'tpu')."),
+    ("name: x\nentrypoint: m:f\ntimeout: soon\n", ":3: timeout: 'soon' is not a duration"),
+    ("name: x\nentrypoint: nocolon\n", ":2: entrypoint: 'nocolon' is not 'module:function' or 'file.py:function'."),
+    ("name: bad name\nentrypoint: m:f\n", ":1: name: 'bad name' is not a valid job name"),
+    ("name: x\nentrypoint: m:f\nenv: {1BAD: x}\n", ":3: env: '1BAD' is not a valid environment variable name."),
+    ("name: x\nentrypoint: m:f\nslurm: {extra: [mem=4G]}\n", "'mem=4G' is not an sbatch option; write it like '--mem=8G'"),
+    ("name: x\n", ":1: entrypoint: required key is missing.\n  fix: add `entrypoint:`"),
+    ("name: x\nentrypoint: m:f\nnodes: true\n", ":3: nodes: Input should be a valid integer (got True)."),
+    ("- a\n- b\n", "the spec must be a YAML mapping"),
+    ("name: x\nentrypoint: m:f\nslurm: {gpus_per_node: 2}\n", "slurm.gpus_per_node: GPUs requested but platform is 'cpu'"),
+])
+def test_bad_values_name_line_key_and_problem(write_spec, text, expected):
+    assert expected in error_of(write_spec, text)
+
+
+def test_wrong_type_shows_what_the_key_expects(write_spec):
+    message = error_of(write_spec, "name: x\nentrypoint: m:f\nprocesses_per_node: [1]\n")
+    assert message.endswith("expected: MPI processes per node.")
+
+
+def test_gpu_count_must_cover_processes_times_devices(write_spec):
+    message = error_of(write_spec, "name: x\nentrypoint: m:f\nplatform: gpu\nprocesses_per_node: 4\n"
+                                   "devices_per_process: 2\nslurm: {gpus_per_node: 4}\n")
+    assert "4 GPUs per node cannot give 4 processes x 2 devices; request at least 8" in message
+
+
+def test_yaml_syntax_error_names_the_line(write_spec):
+    path = write_spec("name: x\nentrypoint: [m:f\nnodes: 1\n")
+    message = error_of(write_spec, path.read_text())
+    assert message.startswith(f"{path}:") and "not valid YAML" in message
+
+
+def test_duplicate_key_is_an_error(write_spec):
+    message = error_of(write_spec, "name: x\nentrypoint: m:f\nnodes: 1\nnodes: 2\n")
+    assert ":4: nodes: duplicate key (first set on line 3)." in message
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(SpecError, match="no such file"):
+        load_spec(tmp_path / "nope.yaml")
+
+
+def test_entrypoint_file_resolves_relative_to_the_spec(write_spec, tmp_path):
+    (tmp_path / "job.py").write_text("def main(ctx): return 1\n")
+    spec = load_spec(write_spec("name: x\nentrypoint: job.py:main\n"))
+    assert spec.entrypoint == f"{tmp_path / 'job.py'}:main"
+    message = error_of(write_spec, "name: x\nentrypoint: missing.py:main\n")
+    assert ":2: entrypoint: file 'missing.py' not found" in message
+
+
+class TestOverrides:
+    def test_set_overrides_nested_and_parses_yaml_scalars(self, write_spec):
+        spec = load_spec(write_spec(GOOD), ["nodes=3", "slurm.partition=debug", "params.lr=0.5",
+                                           "slurm.launch=srun", "timeout=90"])
+        assert spec.nodes == 3 and spec.slurm.partition == "debug" and spec.params["lr"] == 0.5
+        assert spec.slurm.launch == "srun" and spec.timeout == 90
+
+    def test_set_errors_name_the_override(self, write_spec):
+        message = error_of(write_spec, GOOD, ["nodes=many"])
+        assert message.startswith("--set nodes=many: nodes: Input should be a valid integer (got 'many').")
+        message = error_of(write_spec, GOOD, ["nodez=2"])
+        assert message.startswith("--set nodez=2: nodez: unknown key.")
+
+    def test_set_without_equals(self, write_spec):
+        assert "--set nodes: expected KEY=VALUE" in error_of(write_spec, GOOD, ["nodes"])
+
+    def test_set_into_a_scalar(self, write_spec):
+        assert "'nodes' is not a section" in error_of(write_spec, GOOD, ["nodes.x=1"])
+
+
+@pytest.mark.parametrize("bad", ["a\nb", "a\rb", "a\0b"])
+def test_newline_cr_and_nul_are_refused_everywhere_but_params(write_spec, bad):
+    for key in ("name", "slurm.partition", "env.X", "setup.0"):
+        text = "name: x\nentrypoint: m:f\nsetup: ['true']\n"
+        override = f"{key}={bad!r}" if key != "setup.0" else None
+        if override is None:
+            message = error_of(write_spec, text.replace("'true'", repr(bad).replace("'", '"')))
+        else:
+            message = error_of(write_spec, text, [f"{key}={bad}"])
+        assert "which could end a line of the batch script" in message
+    spec = load_spec(write_spec("name: x\nentrypoint: m:f\n"), [f"params.text=\"{bad!r}\""])
+    assert spec.params["text"]
+
+
+@pytest.mark.parametrize("text, seconds", [(90, 90), ("90s", 90), ("30m", 1800), ("1h30m", 5400), ("2d", 172800),
+                                           ("01:02:03", 3723), ("05:00", 300), ("1-00:00:00", 86400), ("45", 2700)])
+def test_parse_duration(text, seconds):
+    assert parse_duration(text) == seconds
+
+
+def test_slurm_time_rounds_up_to_minutes():
+    assert format_slurm_time(61) == "0-00:02:00"
+    assert format_slurm_time(90000) == "1-01:00:00"
