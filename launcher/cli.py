@@ -61,3 +61,89 @@ def run(spec, overrides, run_dir, dry_run):
         return
     exit_code = run_local(job, RunDirectory.create(job, run_dir), echo=lambda m: click.echo(m, err=True))
     sys.exit(exit_code)
+
+
+@main.command()
+@spec_options
+@click.option("--target", type=click.Choice(["slurm", "mpirun"]), default="slurm", show_default=True,
+              help="A Slurm batch script, or the local mpirun command.")
+@click.option("--run-dir", type=click.Path(file_okay=False), help="Run directory to render paths for.")
+@_user_errors
+def render(spec, overrides, target, run_dir):
+    """Print the batch script (or mpirun command) for SPEC, without running anything."""
+    from .local import find_mpirun, plan_local_run
+    from .rundir import RunDirectory
+    from .slurm.jobs import render_for_submission
+    from .spec import load_spec
+
+    job = load_spec(spec, overrides)
+    run = RunDirectory(run_dir or job.run_dir or f"runs/{job.name}-TIME")
+    if target == "slurm":
+        click.echo(render_for_submission(job, run.path), nl=False)
+    else:
+        click.echo(plan_local_run(job, run, find_mpirun(), sys.executable, os.geteuid() == 0).describe())
+
+
+@main.command()
+@spec_options
+@click.option("--run-dir", type=click.Path(file_okay=False), help="Run directory (default: runs/NAME-TIME).")
+@click.option("--dry-run", is_flag=True, help="Print the batch script; submit nothing.")
+@click.option("--wait", is_flag=True, help="Follow the job until it ends; exit 0 only if it COMPLETED.")
+@click.option("--parsable", is_flag=True, help="Print only the job id.")
+@_user_errors
+def submit(spec, overrides, run_dir, dry_run, wait, parsable):
+    """Submit SPEC to Slurm with sbatch."""
+    from .rundir import RunDirectory
+    from .slurm.jobs import render_for_submission, submit_job, wait_for_job
+    from .spec import load_spec
+
+    job = load_spec(spec, overrides)
+    if dry_run:
+        target = RunDirectory(run_dir or job.run_dir or f"runs/{job.name}-TIME")
+        click.echo(render_for_submission(job, target.path), nl=False)
+        return
+    run = RunDirectory.create(job, run_dir)
+    job_id = submit_job(job, run)
+    click.echo(job_id if parsable else f"Submitted job {job_id}; run directory: {run.path}")
+    if wait:
+        info = wait_for_job(job_id, echo=lambda m: click.echo(m, err=True))
+        sys.exit(0 if info.state == "COMPLETED" else 1)
+
+
+@main.command()
+@click.argument("job_ids", nargs=-1)
+@_user_errors
+def status(job_ids):
+    """Show state, elapsed time, nodes and run directory of jobs (default: those jaxlaunch submitted)."""
+    from tabulate import tabulate
+
+    from .slurm.jobs import known_job_ids, status_rows
+
+    ids = list(job_ids) or known_job_ids()[:20]
+    if not ids:
+        click.echo("no jobs submitted with jaxlaunch yet")
+        return
+    click.echo(tabulate(status_rows(ids), headers=["JOBID", "STATE", "ELAPSED", "NODES", "RUN DIR"]))
+
+
+@main.command()
+@click.argument("job_id")
+@click.option("--rank", type=int, help="Show this rank's full log instead of the job's combined output.")
+@click.option("-f", "--follow", is_flag=True, help="Keep printing new output until the job ends.")
+@_user_errors
+def logs(job_id, rank, follow):
+    """Print a job's output."""
+    from .slurm.jobs import stream_log
+
+    stream_log(job_id, rank, follow, write=lambda text: click.echo(text, nl=False))
+
+
+@main.command()
+@click.argument("job_id")
+@_user_errors
+def cancel(job_id):
+    """Cancel a job."""
+    from .slurm.jobs import cancel_job
+
+    cancel_job(job_id)
+    click.echo(f"cancelled job {job_id}")

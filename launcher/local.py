@@ -47,9 +47,11 @@ def find_mpirun() -> str:
     return found
 
 
-def mpirun_flags(num_processes: int, is_root: bool) -> list[str]:
+def mpirun_flags(num_processes: int, is_root: bool, oversubscribe: bool = True) -> list[str]:
     # --bind-to none: Open MPI pins each rank to one core by default, which starves XLA's threads.
-    flags = ["-n", str(num_processes), "--oversubscribe", "--bind-to", "none"]
+    # --oversubscribe: locally, more ranks than cores is fine for CPU jobs; in a Slurm allocation
+    # the slots are exact and oversubscribing would hide a wrong request.
+    flags = ["-n", str(num_processes), *(["--oversubscribe"] if oversubscribe else []), "--bind-to", "none"]
     if is_root:
         flags.append("--allow-run-as-root")  # containers and CI run as root
     return flags

@@ -12,10 +12,11 @@ TEST_JOBS = Path(__file__).resolve().parent / "jobs"
 
 
 def jaxlaunch(*args, timeout=180, env=None, cwd=None):
-    """Run the installed `jaxlaunch` console script as a user would; returns CompletedProcess."""
+    """Run the installed `jaxlaunch` console script as a user would; returns CompletedProcess.
+    `env` replaces the environment (default: this process's)."""
     exe = shutil.which("jaxlaunch", path=str(Path(sys.executable).parent)) or "jaxlaunch"
     return subprocess.run([exe, *map(str, args)], capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, **(env or {})}, cwd=cwd)
+                          env=os.environ if env is None else env, cwd=cwd)
 
 
 @pytest.fixture
@@ -26,3 +27,28 @@ def write_spec(tmp_path):
         path.write_text(text)
         return path
     return write
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(tmp_path_factory):
+    """A real two-node Slurm cluster (Debian's slurmctld/slurmd/munge) for the whole session.
+
+    Skipped with the reason when the binaries are missing, except in CI (CI=true), where a
+    skipped Slurm tier would let CI pass without testing Slurm, so it fails instead.
+    """
+    from slurm_cluster import LocalSlurmCluster, is_available
+
+    available, reason = is_available()
+    if not available:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI=true but the Slurm tier cannot run: {reason}")
+        pytest.skip(f"no local Slurm: {reason}")
+    cluster = LocalSlurmCluster(tmp_path_factory.mktemp("slurm")).start()
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture
+def slurm_env(slurm_cluster, tmp_path):
+    """Environment for jaxlaunch commands against the test cluster, with a private job index."""
+    return slurm_cluster.make_env(JAXLAUNCH_HOME=str(tmp_path / "home"))

@@ -34,7 +34,6 @@ What it does:
 from __future__ import annotations
 
 import atexit
-import json
 import os
 import shutil
 import signal
@@ -47,7 +46,7 @@ import uuid
 from pathlib import Path
 from typing import Iterable, Mapping
 
-__all__ = ["LocalSlurmCluster", "SlurmClusterError", "is_available"]
+__all__ = ["LocalSlurmCluster", "SlurmClusterError", "is_available", "pmix_available"]
 
 # Directories where the daemons live on Debian; not always on a user's PATH.
 _SBIN_DIRS = ("/usr/sbin", "/sbin", "/usr/local/sbin")
@@ -377,7 +376,8 @@ class LocalSlurmCluster:
         for sub in ["state", "log", "run", "munge"] + [f"spool.{n}" for n in self.NODES] \
                 + [f"tmp.{n}" for n in self.NODES]:
             (self.base_dir / sub).mkdir(exist_ok=True)
-        os.chmod(self.base_dir / "munge", 0o700)
+        # munged wants o+x on its socket directory so that every user can reach it.
+        os.chmod(self.base_dir / "munge", 0o755)
         for n in self.NODES:
             os.chmod(self.base_dir / f"tmp.{n}", 0o1777)  # like /tmp: jobs may run as other users
         # Fresh controller state every start (job ids restart at 1; no stale jobs/nodes).
@@ -418,8 +418,7 @@ class LocalSlurmCluster:
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise SlurmClusterError(
                     f"munged did not come up (rc={proc.poll()}):\n"
-                    + _tail(self.base_dir / "munge" / "munged.out")
-                    + "\n" + _tail(self.base_dir / "munge" / "munged.log"))
+                    + _tail(self.base_dir / "munge" / "munged.out"))
             time.sleep(0.05)
 
     def _write_conf(self) -> None:
@@ -539,7 +538,8 @@ class LocalSlurmCluster:
         for n in self.NODES:
             logs += [self.base_dir / "log" / f"slurmd.{n}.log", self.base_dir / "log" / f"slurmd.{n}.out"]
         if self._started_munged:
-            logs.append(self.base_dir / "munge" / "munged.log")
+            # With --foreground munged logs to stderr (munged.out), not to --log-file.
+            logs.append(self.base_dir / "munge" / "munged.out")
         for p in logs:
             if p.exists():
                 parts.append(f"--- {p}:\n{_tail(p, 20)}")

@@ -1,0 +1,147 @@
+"""`jaxlaunch submit/status/logs/cancel`: the Slurm job life cycle on top of scheduler.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from ..errors import JaxlaunchError, SchedulerError, UsageError
+from ..local import find_mpirun
+from ..rundir import RunDirectory, atomic_write_json
+from ..spec import JobSpec
+from . import scheduler
+from .render import SCRIPT_NAME, render_batch_script
+
+HOME_ENV = "JAXLAUNCH_HOME"
+
+
+def jobs_index() -> Path:
+    """Folder mapping job ids to run directories, so commands can take a job id alone."""
+    return Path(os.environ.get(HOME_ENV, "~/.jaxlaunch")).expanduser() / "jobs"
+
+
+def render_for_submission(spec: JobSpec, run_dir: Path) -> str:
+    return render_batch_script(spec, run_dir=run_dir, workdir=Path.cwd(), python=sys.executable,
+                               mpirun=find_mpirun(), is_root=os.geteuid() == 0)
+
+
+def submit_job(spec: JobSpec, run: RunDirectory) -> str:
+    """Write the script into the run directory and sbatch it; returns the job id.
+
+    If sbatch refuses the job, status.json says SUBMIT_FAILED with sbatch's message, and the
+    error propagates: no run directory is left looking like a job that ran.
+    """
+    script = run.path / SCRIPT_NAME
+    script.write_text(render_for_submission(spec, run.path))
+    script.chmod(0o755)
+    try:
+        job_id = scheduler.submit(str(script))
+    except SchedulerError as exc:
+        run.update_status(state="SUBMIT_FAILED", backend="slurm", error=str(exc), ended=time.time())
+        raise
+    run.update_status(state="SUBMITTED", backend="slurm", job_id=job_id, script=str(script),
+                      submitted=time.time())
+    jobs_index().mkdir(parents=True, exist_ok=True)
+    atomic_write_json(jobs_index() / f"{job_id}.json", {"job_id": job_id, "run_dir": str(run.path)})
+    return job_id
+
+
+def find_run_dir(job_id: str) -> RunDirectory:
+    """The run directory of a job: from jaxlaunch's index, else from Slurm's StdOut path."""
+    entry = jobs_index() / f"{job_id}.json"
+    if entry.exists():
+        return RunDirectory(json.loads(entry.read_text())["run_dir"])
+    try:
+        record = scheduler.parse_scontrol_record(
+            scheduler.call_slurm(["scontrol", "show", "job", "--oneliner", str(job_id)]))
+        if record.get("StdOut"):
+            run = RunDirectory(Path(record["StdOut"]).parent)
+            if run.spec_file.exists():
+                return run
+    except SchedulerError:
+        pass
+    raise UsageError(f"no run directory known for job {job_id}: it was not submitted by jaxlaunch "
+                     f"from this account (index: {jobs_index()})")
+
+
+def job_status(job_id: str) -> tuple[scheduler.JobInfo | None, RunDirectory | None]:
+    """Slurm's view of the job, and its run directory (status.json updated once the job ended)."""
+    try:
+        run = find_run_dir(job_id)
+    except UsageError:
+        run = None
+    info = scheduler.query_job(job_id)
+    if run is not None and info is not None and info.finished and run.read_status().get("state") != info.state:
+        run.update_status(state=info.state, slurm_state=info.slurm_state, exit_code=info.exit_code, ended=time.time())
+    return info, run
+
+
+def status_rows(job_ids: list[str]) -> list[list[str]]:
+    rows = []
+    for job_id in job_ids:
+        info, run = job_status(job_id)
+        if info is None:
+            state = (run.read_status().get("state", "UNKNOWN") + " (no longer known to Slurm)") if run else "UNKNOWN"
+            rows.append([job_id, state, "", "", str(run.path) if run else ""])
+        else:
+            rows.append([job_id, info.state, info.elapsed, info.nodes, str(run.path) if run else ""])
+    return rows
+
+
+def known_job_ids() -> list[str]:
+    """Jobs jaxlaunch submitted from this account, newest first."""
+    entries = sorted(jobs_index().glob("*.json"), key=lambda p: p.stat().st_mtime, reverse=True)
+    return [p.stem for p in entries]
+
+
+def wait_for_job(job_id: str, echo, poll_seconds: float = 1.0) -> scheduler.JobInfo:
+    """Poll until the job ends, echoing each state change; returns the final info."""
+    last = None
+    while True:
+        info, _ = job_status(job_id)
+        if info is None:
+            raise JaxlaunchError(f"job {job_id} disappeared from Slurm before it was seen to finish")
+        if info.state != last:
+            echo(f"job {job_id}: {info.state}")
+            last = info.state
+        if info.finished:
+            return info
+        time.sleep(poll_seconds)
+
+
+def log_path(job_id: str, rank: int | None) -> Path:
+    run = find_run_dir(job_id)
+    if rank is None:
+        return run.path / f"slurm-{job_id}.out"
+    return run.rank_log(rank)
+
+
+def stream_log(job_id: str, rank: int | None, follow: bool, write, poll_seconds: float = 0.5) -> None:
+    """Print a job's log (rank None: the combined batch output). With follow, keep printing new
+    output until the job has ended and the file stops growing."""
+    path = log_path(job_id, rank)
+    if not follow and not path.exists():
+        raise UsageError(f"no log yet at {path}" + ("" if rank is None else f" (does rank {rank} exist?)"))
+    offset = 0
+    while True:
+        if path.exists():
+            with open(path, "rb") as handle:
+                handle.seek(offset)
+                chunk = handle.read()
+            if chunk:
+                write(chunk.decode(errors="replace"))
+                offset += len(chunk)
+        if not follow:
+            return
+        info = scheduler.query_job(job_id)
+        if info is None or info.finished:
+            if not path.exists() or path.stat().st_size == offset:
+                return
+        time.sleep(poll_seconds)
+
+
+def cancel_job(job_id: str) -> None:
+    scheduler.cancel(job_id)

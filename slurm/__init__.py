@@ -1,0 +1,1 @@
+"""Batch script templates; installed as the package data `launcher.templates`."""

@@ -1,0 +1,123 @@
+"""End to end on a real two-node Slurm cluster started on this machine (tests/slurm_cluster.py)."""
+
+import json
+import subprocess
+import time
+
+import numpy as np
+import pytest
+
+from conftest import JOBS, TEST_JOBS, jaxlaunch
+
+pytestmark = pytest.mark.slurm
+
+
+def run_ok(*args, env, timeout=240):
+    result = jaxlaunch(*args, env=env, timeout=timeout)
+    assert result.returncode == 0, f"{args}\n--- stdout\n{result.stdout}\n--- stderr\n{result.stderr}"
+    return result
+
+
+def read_values(run_dir):
+    return json.loads((run_dir / "result.json").read_text())["values"]
+
+
+@pytest.mark.parametrize("launch", ["mpirun", "srun"])
+def test_normalize_on_two_nodes(slurm_env, tmp_path, launch):
+    run_dir = tmp_path / "run"
+    result = run_ok("submit", JOBS / "normalize.yaml", "--set", "nodes=2", "--set", f"slurm.launch={launch}",
+                    "--wait", "--run-dir", run_dir, env=slurm_env)
+    job_id = result.stdout.split()[2].rstrip(";")
+    assert result.stdout == f"Submitted job {job_id}; run directory: {run_dir}\n"
+    assert f"job {job_id}: COMPLETED" in result.stderr
+    values = read_values(run_dir)
+    assert len(values) == 4 and len(set(values)) == 4
+    assert abs(sum(values) - 1) < 1e-6
+    np.testing.assert_allclose(values, np.arange(1, 5) / 10, rtol=1e-6)
+    assert sorted(p.name for p in (run_dir / "logs").glob("rank-*.log")) == ["rank-0.log", "rank-1.log"]
+    # both ranks on different nodes: the batch output carries both rank prefixes
+    out = (run_dir / f"slurm-{job_id}.out").read_text()
+    assert "[rank 0]" in out and "[rank 1]" in out
+
+    status = run_ok("status", job_id, env=slurm_env).stdout.splitlines()
+    assert status[0].split() == ["JOBID", "STATE", "ELAPSED", "NODES", "RUN", "DIR"]
+    assert status[2].split()[:2] == [job_id, "COMPLETED"] and status[2].split()[3:] == ["2", str(run_dir)]
+    assert json.loads((run_dir / "status.json").read_text())["state"] == "COMPLETED"
+
+    rank1 = run_ok("logs", job_id, "--rank", "1", env=slurm_env).stdout
+    assert "entrypoint finished" in rank1
+
+
+def test_failing_rank_fails_the_job(slurm_env, tmp_path):
+    started = time.monotonic()
+    result = jaxlaunch("submit", TEST_JOBS / "fail_on_rank.yaml", "--set", "nodes=2", "--set", "processes_per_node=1",
+                       "--wait", "--run-dir", tmp_path / "run", env=slurm_env, timeout=240)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "FAILED" in result.stderr
+    assert time.monotonic() - started < 60
+    assert "InjectedFailure: rank 1 failed on purpose" in (tmp_path / "run" / "logs" / "rank-1.error").read_text()
+    assert not (tmp_path / "run" / "result.json").exists()
+
+
+def test_cancel_a_sleeping_job(slurm_env, slurm_cluster, tmp_path):
+    job_id = run_ok("submit", TEST_JOBS / "fail_on_rank.yaml", "--parsable", "--set", "entrypoint=fail_on_rank.py:sleep",
+                    "--set", "params.seconds=300", "--set", "processes_per_node=1",
+                    "--run-dir", tmp_path / "run", env=slurm_env).stdout.strip()
+    assert job_id.isdigit()
+    deadline = time.monotonic() + 60
+    while slurm_cluster.job_state(int(job_id)) != "RUNNING":
+        assert time.monotonic() < deadline, "job never started"
+        time.sleep(0.2)
+    started = time.monotonic()
+    assert run_ok("cancel", job_id, env=slurm_env).stdout == f"cancelled job {job_id}\n"
+    while not (slurm_cluster.job_state(int(job_id)) or "").startswith("CANCELLED"):
+        assert time.monotonic() - started < 10, "not CANCELLED within 10 s"
+        time.sleep(0.1)
+    assert run_ok("status", job_id, env=slurm_env).stdout.splitlines()[2].split()[1] == "CANCELLED"
+
+
+def test_sbatch_rejection_shows_sbatch_message(slurm_env, tmp_path):
+    result = jaxlaunch("submit", JOBS / "normalize.yaml", "--set", "slurm.partition=nosuchpartition",
+                       "--run-dir", tmp_path / "run", env=slurm_env)
+    assert result.returncode == 1
+    assert "Error: command failed (exit code 1): sbatch --parsable" in result.stderr
+    assert "invalid partition" in result.stderr.lower()
+    assert "Traceback" not in result.stderr
+    status = json.loads((tmp_path / "run" / "status.json").read_text())
+    assert status["state"] == "SUBMIT_FAILED" and "invalid partition" in status["error"].lower()
+    assert not (tmp_path / "run" / "result.json").exists()
+
+
+def test_logs_follow_until_the_job_ends(slurm_env, tmp_path):
+    job_id = run_ok("submit", TEST_JOBS / "fail_on_rank.yaml", "--parsable", "--set", "entrypoint=fail_on_rank.py:sleep",
+                    "--set", "params.seconds=2", "--set", "processes_per_node=1",
+                    "--run-dir", tmp_path / "run", env=slurm_env).stdout.strip()
+    followed = run_ok("logs", job_id, "-f", env=slurm_env, timeout=120).stdout
+    assert "[rank 0] sleeping 2 s" in followed and "entrypoint finished" in followed
+    assert json.loads((tmp_path / "run" / "result.json").read_text()) == {"slept": 2}
+
+
+def test_hostile_values_run_nothing(slurm_env, tmp_path):
+    """A job whose env, directives, params and run directory carry shell syntax runs, and nothing in them executes."""
+    import yaml
+    marker = tmp_path / "PWNED"
+    hostile = f"$(touch {marker}) `touch {marker}` ; touch {marker} 'q' \"dq\" \\ ✓ ü " + "x" * 10_000
+    spec = tmp_path / "hostile.yaml"
+    spec.write_text(yaml.safe_dump({
+        "name": "hostile", "entrypoint": f"{TEST_JOBS / 'fail_on_rank.py'}:report", "nodes": 2,
+        "env": {"JOBTEST_VALUE": hostile}, "params": {"text": hostile},
+        "slurm": {"extra": [f"--comment={hostile[:500]}"]},
+    }, allow_unicode=True))
+    run_dir = tmp_path / "run dir ;$x `y`"
+    run_ok("submit", spec, "--wait", "--run-dir", run_dir, env=slurm_env)
+    from launcher import load_result
+    result = load_result(run_dir)
+    assert result["env"] == {"JOBTEST_VALUE": hostile} and result["params"] == {"text": hostile}
+    assert not marker.exists()
+    subprocess.run(["bash", "-n", str(run_dir / "job.sbatch")], check=True)
+
+
+def test_unknown_job_id(slurm_env):
+    result = jaxlaunch("logs", "999999", env=slurm_env)
+    assert result.returncode == 2
+    assert result.stderr.startswith("Error: no run directory known for job 999999")
