@@ -73,3 +73,9 @@ def test_help_lists_every_command():
     assert result.exit_code == 0
     for command in main.commands:
         assert command in result.output
+
+
+def test_every_command_is_documented_in_the_readme():
+    readme = (ROOT / "README.md").read_text()
+    for name in main.commands:
+        assert f"jaxlaunch {name} " in readme, f"README does not document `jaxlaunch {name}`"

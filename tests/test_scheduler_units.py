@@ -1,0 +1,63 @@
+"""Pure and error-path pieces of the Slurm layer (the real cluster is in test_slurm.py)."""
+
+import pytest
+from click.testing import CliRunner
+
+from launcher.cli import main
+from launcher.errors import SchedulerError
+from launcher.slurm import scheduler
+
+
+@pytest.mark.parametrize("slurm_state, expected", [
+    ("PENDING", ("PENDING", False)), ("RUNNING", ("RUNNING", False)), ("COMPLETING", ("RUNNING", False)),
+    ("COMPLETED", ("COMPLETED", True)), ("FAILED", ("FAILED", True)), ("CANCELLED by 0", ("CANCELLED", True)),
+    ("TIMEOUT", ("TIMEOUT", True)), ("NODE_FAIL", ("FAILED", True)), ("OUT_OF_MEMORY", ("OUT_OF_MEMORY", True)),
+    ("PREEMPTED", ("PREEMPTED", True)), ("RUNNING+", ("RUNNING", False)), ("WEIRD", ("WEIRD", False)),
+])
+def test_state_table(slurm_state, expected):
+    assert scheduler.translate_state(slurm_state) == expected
+
+
+@pytest.mark.parametrize("output, job_id", [("123\n", "123"), ("4567;cluster\n", "4567"),
+                                            ("sbatch: warning: x\n89\n", "89")])
+def test_parse_job_id(output, job_id):
+    assert scheduler.parse_job_id(output) == job_id
+
+
+def test_unparsable_sbatch_output_is_shown():
+    with pytest.raises(SchedulerError, match="could not find a job id in sbatch's output: 'Submitted maybe'"):
+        scheduler.parse_job_id("Submitted maybe")
+
+
+def test_scontrol_record():
+    record = scheduler.parse_scontrol_record(
+        "JobId=7 JobName=a b JobState=CANCELLED Reason=None RunTime=00:00:03 NumNodes=2 StdOut=/r/slurm-7.out")
+    assert record["JobId"] == "7" and record["JobName"] == "a b" and record["JobState"] == "CANCELLED"
+    assert record["StdOut"] == "/r/slurm-7.out" and record["NumNodes"] == "2"
+
+
+def test_failed_command_carries_command_exit_code_and_stderr():
+    with pytest.raises(SchedulerError) as info:
+        scheduler.call_slurm(["bash", "-c", "echo oops >&2; exit 3"])
+    assert info.value.returncode == 3 and info.value.stderr == "oops\n"
+    assert str(info.value) == "command failed (exit code 3): bash -c echo oops >&2; exit 3\noops"
+
+
+def test_timeout_is_reported():
+    with pytest.raises(SchedulerError, match="timed out after 0.2 s"):
+        scheduler.call_slurm(["sleep", "5"], timeout=0.2)
+
+
+def test_cli_without_slurm_says_so(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no squeue anywhere
+    monkeypatch.setenv("JAXLAUNCH_HOME", str(tmp_path))
+    result = CliRunner().invoke(main, ["cancel", "12"])
+    assert result.exit_code == 1
+    assert result.output == ("Error: command failed (exit code 127): scancel 12\nscancel: command not found\n"
+                             "is Slurm installed here? jaxlaunch submit runs on a cluster login node\n")
+
+
+def test_status_with_no_jobs(monkeypatch, tmp_path):
+    monkeypatch.setenv("JAXLAUNCH_HOME", str(tmp_path))
+    result = CliRunner().invoke(main, ["status"])
+    assert result.exit_code == 0 and result.output == "no jobs submitted with jaxlaunch yet\n"
