@@ -109,6 +109,9 @@ class JobSpec(_Strict):
     processes_per_node: int = Field(1, ge=1, description="MPI processes per node")
     devices_per_process: int = Field(1, ge=1, description="JAX devices each process sees")
     platform: Literal["cpu", "gpu"] = Field("cpu", description="'cpu' or 'gpu'")
+    jax_distributed: bool = Field(
+        False, description="also start JAX's own multi-process runtime (jax.distributed), for global meshes"
+    )
     env: dict[str, str] = Field(default_factory=dict, description="environment variables for every process")
     setup: list[str] = Field(
         default_factory=list, description="shell commands run before launch in batch scripts (module load, ...)"

@@ -37,6 +37,24 @@ def load_entrypoint(entrypoint: str):
         raise AttributeError(f"entrypoint {entrypoint!r}: {target} has no function {function!r}") from None
 
 
+def start_jax_distributed(jax, comm, platform: str) -> None:
+    """jax.distributed.initialize with its coordinator found through MPI: rank 0 picks a free
+    port and broadcasts host:port (JAX 0.10 does not detect Open MPI 5's mpirun by itself)."""
+    import socket
+
+    address = None
+    if comm.Get_rank() == 0:
+        with socket.socket() as probe:
+            probe.bind(("", 0))
+            port = probe.getsockname()[1]
+        address = f"{socket.gethostname()}:{port}"
+    address = comm.bcast(address, root=0)
+    if platform == "cpu":
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(coordinator_address=address, num_processes=comm.Get_size(),
+                               process_id=comm.Get_rank())
+
+
 def _fail(comm, output, run, rank: int, exc: BaseException, exit_code: int = 1) -> None:
     """Show the traceback, keep it in the run directory, and bring the whole job down.
 
@@ -91,6 +109,8 @@ def main() -> None:
         from ..results import write_result
         from .context import DEVICE_AXIS, JobContext
 
+        if spec.jax_distributed:
+            start_jax_distributed(jax, comm, spec.platform)
         devices = jax.local_devices()
         if len(devices) != spec.devices_per_process:
             raise RuntimeError(f"rank {rank} sees {len(devices)} devices, expected devices_per_process="
