@@ -8,10 +8,21 @@ How a leaf is read:
 - Anything else (numpy array, Python number, an array on one device or replicated) is this
   process's contribution: allreduce reduces over processes and returns the same kind of value.
 
-How it runs: local devices are reduced first, by XLA; then the leaves are grouped by dtype and
-each group travels as ONE contiguous buffer in ONE mpi4jax call, jitted on one device. mpi4jax
-cannot run inside pmap or a jit spanning several devices (its ordered effect is single-device),
-which is why these functions must be called outside jit/pmap.
+How allreduce runs (hierarchical and fused):
+1. leaves laid out per device are reduced over the local devices by ONE sharded XLA computation;
+2. ONE single-device jit on the first local device takes every device leaf, concatenates the
+   leaves of each dtype into one buffer, makes ONE mpi4jax allreduce per dtype (see
+   launcher/transport.py for why that call skips JAX's ordered-effect dispatch), splits the
+   buffers back and casts; leaves of 4 MiB or more travel alone, to save the copies;
+3. per-device leaves get their result copied back to their devices.
+Host leaves (numpy, Python numbers) stay on the host: one mpi4py call per dtype, on a separate
+communicator (JAX without x64 would truncate their float64/int64, and a device round trip only
+adds copies).
+
+mpi4jax cannot run inside pmap or a jit spanning several devices, so these functions must be
+called outside jit/pmap; inside, reduce the local devices with `jax.lax.psum` as usual.
+Every process must call them in the same order with the same tree structure, shapes and dtypes.
+They are not thread-safe: call them from one thread.
 """
 
 from __future__ import annotations
@@ -23,121 +34,115 @@ import jax
 import jax.numpy as jnp
 import mpi4jax
 import numpy as np
+from jax.sharding import SingleDeviceSharding
 from mpi4py import MPI
+
+from . import transport
 
 __all__ = ["allreduce", "broadcast", "allgather", "barrier"]
 
 _MPI_OPS = {"sum": MPI.SUM, "mean": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}
 _LOCAL_REDUCERS = {"sum": jnp.sum, "mean": jnp.sum, "max": jnp.max, "min": jnp.min}
 # dtypes MPI has no type for travel as float32 and are cast back.
-_WIRE_DTYPES = {"bfloat16": np.float32, "float16": np.float32}
-
-
-@functools.cache
-def _comm():
-    # mpi4jax gets a communicator of its own, so its asynchronously dispatched calls never
-    # interleave with mpi4py calls made by user code on COMM_WORLD.
-    return MPI.COMM_WORLD.Clone()
-
-
-@functools.cache
-def _host_comm():
-    # Host leaves travel with mpi4py on a second communicator: mpi4jax calls run asynchronously
-    # in XLA's threads, and two threads must never race collectives on one communicator.
-    return MPI.COMM_WORLD.Clone()
-
-
-def _home_device():
-    return jax.local_devices()[0]
-
-
-class _Leaf:
-    """One leaf, classified: its kind, and how to turn the reduced value back into its type."""
-
-    __slots__ = ("value", "kind", "shape", "dtype")
-
-    def __init__(self, value, where: str):
-        if isinstance(value, jax.core.Tracer):
-            raise TypeError(
-                f"launcher collectives cannot run inside jax.jit, pmap or shard_map ({where} is a tracer). "
-                "Call them outside, on concrete arrays; inside pmap use jax.lax.psum over the local devices.")
-        if isinstance(value, jax.Array):
-            if not value.is_fully_addressable:
-                raise ValueError(f"{where} spans devices of other processes (a jax.distributed global array); "
-                                 "launcher collectives take per-process arrays")
-            self.kind = "jax"
-            sharding = value.sharding
-            if len(sharding.device_set) > 1 and not sharding.is_fully_replicated:
-                shard = sharding.shard_shape(value.shape)
-                if value.ndim == 0 or tuple(shard[1:]) != tuple(value.shape[1:]):
-                    raise ValueError(
-                        f"{where} is sharded along an axis other than the leading one (shape {value.shape}, "
-                        f"shard {shard}); shard only the leading axis or reduce locally first")
-                self.kind = "stacked"
-        elif isinstance(value, (np.ndarray, np.generic)):
-            self.kind = "numpy"
-        elif isinstance(value, (bool, int, float, complex)):
-            self.kind = "python"
-        else:
-            raise TypeError(f"{where} is a {type(value).__name__}; collectives take arrays and numbers")
-        self.value = value
-        self.shape = np.shape(value)
-        self.dtype = np.dtype(value.dtype) if hasattr(value, "dtype") else np.asarray(value).dtype
-
-    def restore(self, result):
-        """Give the reduced value the input's type and placement."""
-        if self.kind == "stacked":
-            return jax.device_put(jnp.broadcast_to(result, self.shape), self.value.sharding)
-        if self.kind == "jax":
-            return jax.device_put(result, self.value.sharding)
-        array = np.asarray(result)
-        if self.kind == "python":
-            return array.item()
-        return array if self.kind == "numpy" and isinstance(self.value, np.ndarray) else array[()]
-
-
-def _flatten(tree, name):
-    leaves, treedef = jax.tree_util.tree_flatten(tree)
-    paths = [f"{name}{jax.tree_util.keystr(p)}" for p, _ in jax.tree_util.tree_flatten_with_path(tree)[0]]
-    return [_Leaf(v, p) for v, p in zip(leaves, paths)], treedef
-
-
-def _on_home_device(leaf: _Leaf, op: str | None):
-    """The leaf's contribution as one array on the home device (stacked leaves reduced locally)."""
-    home = _home_device()
-    if leaf.kind == "stacked":
-        return jax.device_put(_local_reducer(op)(leaf.value), home)
-    return jax.device_put(leaf.value, home)
-
-
-@functools.cache
-def _local_reducer(op: str):
-    """Reduce the leading (per-device) axis over the local devices, with XLA."""
-    return jax.jit(lambda x: _LOCAL_REDUCERS[op](x, axis=0))
-
-
-def _groups(leaves, kinds):
-    """Indices of the leaves of the given kinds, grouped by wire dtype, in a fixed order so that
-    every rank makes the same calls in the same sequence."""
-    groups = {}
-    for index, leaf in enumerate(leaves):
-        if leaf.kind in kinds:
-            groups.setdefault(_wire_dtype(leaf.dtype).name, []).append(index)
-    return sorted(groups.items())
-
-
-def _wire_dtype(dtype) -> np.dtype:
-    return np.dtype(_WIRE_DTYPES.get(np.dtype(dtype).name, dtype))
-
+_WIRE_DTYPES = {"bfloat16": np.dtype(np.float32), "float16": np.dtype(np.float32)}
+# Leaves this large get an MPI call of their own: a 16 MiB concat + split costs more than a call.
+SOLO_BYTES = 4 << 20
 
 DEVICE_KINDS = ("jax", "stacked")
 HOST_KINDS = ("numpy", "python")
 
 
-# --- device leaves: one jit per (dtype group, shapes), one mpi4jax call inside ---------------
+@functools.cache
+def _comm():
+    """The communicator of our device-side calls, used by nothing else (see transport.py)."""
+    return MPI.COMM_WORLD.Clone()
 
-def _concat(parts):
-    return jnp.concatenate([jnp.ravel(p) for p in parts]) if len(parts) > 1 else jnp.ravel(parts[0])
+
+@functools.cache
+def _ordered_comm():
+    """mpi4jax's public (ordered) ops, for broadcast and allgather."""
+    return MPI.COMM_WORLD.Clone()
+
+
+@functools.cache
+def _host_comm():
+    # Host leaves travel with mpi4py from this thread while mpi4jax calls run in XLA's threads;
+    # two threads must never race collectives on one communicator.
+    return MPI.COMM_WORLD.Clone()
+
+
+@functools.cache
+def _home_device():
+    return jax.local_devices()[0]
+
+
+_dependency = {}  # device -> int32 counter threaded through every fast-path call, to keep order
+
+
+def _leaf_name(tree, index: int) -> str:
+    """`tree['a'][0]`-style name of a leaf, computed only for error messages."""
+    path, _ = jax.tree_util.tree_flatten_with_path(tree)[0][index]
+    return "tree" + jax.tree_util.keystr(path)
+
+
+def _classify(value, tree, index) -> str:
+    """'jax' (one device or replicated), 'stacked' (one row per local device), 'numpy' or 'python'."""
+    if isinstance(value, jax.Array):
+        if isinstance(value, jax.core.Tracer):
+            raise TypeError(
+                f"launcher collectives cannot run inside jax.jit, pmap or shard_map ({_leaf_name(tree, index)} "
+                "is a tracer). Call them outside, on concrete arrays; inside pmap use jax.lax.psum over the "
+                "local devices.")
+        sharding = value.sharding
+        if isinstance(sharding, SingleDeviceSharding):
+            return "jax"
+        if not value.is_fully_addressable:
+            raise ValueError(f"{_leaf_name(tree, index)} spans devices of other processes (a jax.distributed "
+                             "global array); launcher collectives take per-process arrays")
+        if len(sharding.device_set) == 1 or sharding.is_fully_replicated:
+            return "jax"
+        shard = sharding.shard_shape(value.shape)
+        if value.ndim == 0 or tuple(shard[1:]) != tuple(value.shape[1:]):
+            raise ValueError(
+                f"{_leaf_name(tree, index)} is sharded along an axis other than the leading one (shape "
+                f"{value.shape}, shard {shard}); shard only the leading axis or reduce locally first")
+        return "stacked"
+    if isinstance(value, (np.ndarray, np.generic)):
+        return "numpy"
+    if isinstance(value, (bool, int, float, complex)):
+        return "python"
+    raise TypeError(f"{_leaf_name(tree, index)} is a {type(value).__name__}; collectives take arrays and numbers")
+
+
+def _wire_dtype(dtype, op: str | None = None) -> np.dtype:
+    """The dtype a leaf travels as: bools as integers (a sum counts; max/min is any/all), and
+    dtypes MPI lacks (float16, bfloat16) as float32."""
+    dtype = np.dtype(dtype)
+    if dtype == np.bool_ and op is not None:
+        return np.dtype(np.int32 if op in ("sum", "mean") else np.uint8)
+    return _WIRE_DTYPES.get(dtype.name, dtype)
+
+
+def _result_dtype(dtype, op: str) -> np.dtype:
+    dtype = np.dtype(dtype)
+    if op == "mean":
+        return np.dtype(np.float32) if not np.issubdtype(dtype, np.inexact) else dtype
+    if dtype == np.bool_ and op == "sum":
+        return np.dtype(np.int32)  # a sum of bools is a count
+    return dtype
+
+
+def _groups(shapes_dtypes, op):
+    """Leaf indices per MPI call: leaves of SOLO_BYTES or more alone, the rest one group per wire
+    dtype. Deterministic, so every rank makes the same calls in the same order."""
+    solo, by_dtype = [], {}
+    for i, (shape, dtype) in enumerate(shapes_dtypes):
+        wire = _wire_dtype(dtype, op)
+        if math.prod(shape) * wire.itemsize >= SOLO_BYTES:
+            solo.append([i])
+        else:
+            by_dtype.setdefault(wire.name, []).append(i)
+    return solo + [by_dtype[name] for name in sorted(by_dtype)]
 
 
 def _split(flat, shapes):
@@ -149,14 +154,82 @@ def _split(flat, shapes):
     return out
 
 
-@functools.partial(jax.jit, static_argnames=("op",))
-def _fused_allreduce(parts, op):
-    return _split(mpi4jax.allreduce(_concat(parts), op=_MPI_OPS[op], comm=_comm()), [p.shape for p in parts])
+def _concat(parts):
+    flat = [jnp.ravel(p) for p in parts]
+    return flat[0] if len(flat) == 1 else jnp.concatenate(flat)
 
 
-@functools.partial(jax.jit, static_argnames=("root",))
-def _fused_bcast(parts, root):
-    return _split(mpi4jax.bcast(_concat(parts), root, comm=_comm()), [p.shape for p in parts])
+# --- device leaves ------------------------------------------------------------------------
+
+@functools.partial(jax.jit, static_argnames=("op", "counts", "rows", "ordered"))
+def _fused_allreduce(parts, dependency, op, counts, rows, ordered):
+    """One dispatch: per group, concat -> one MPI allreduce -> split; then mean, casts, and the
+    broadcast back to per-device rows. counts: contributions per leaf (for mean); rows: the
+    per-device row count of stacked leaves (0 for the others)."""
+    out = [None] * len(parts)
+    for group in _groups([(p.shape, p.dtype) for p in parts], op):
+        wire = _wire_dtype(parts[group[0]].dtype, op)
+        buffer = _concat([parts[i].astype(wire) for i in group])
+        reduced = transport.allreduce_flat(buffer, _MPI_OPS[op], _comm(), ordered=ordered)
+        for i, value in zip(group, _split(reduced, [parts[i].shape for i in group])):
+            value = value / counts[i] if op == "mean" else value
+            value = value.astype(_result_dtype(parts[i].dtype, op))
+            out[i] = jnp.broadcast_to(value, (rows[i],) + value.shape) if rows[i] else value
+    return out, dependency + 1
+
+
+@functools.cache
+def _local_reducer(op: str):
+    """Reduce the leading (per-device) axis of several leaves over the local devices, in one go."""
+    return jax.jit(lambda xs: [_LOCAL_REDUCERS[op](x, axis=0) for x in xs])
+
+
+def _is_on(sharding, device) -> bool:
+    return isinstance(sharding, SingleDeviceSharding) and next(iter(sharding.device_set)) == device
+
+
+def _on_home(array, home):
+    """The copy of `array` that lives on `home`, without a transfer when it is already there."""
+    if _is_on(array.sharding, home):
+        return array
+    for shard in array.addressable_shards:  # replicated: take the local copy, zero-copy
+        if shard.device == home and shard.data.shape == array.shape:
+            return shard.data
+    return jax.device_put(array, home)
+
+
+def _allreduce_device_leaves(leaves, kinds, indices, op, results):
+    home = _home_device()
+    size = MPI.COMM_WORLD.Get_size()
+    stacked = [i for i in indices if kinds[i] == "stacked"]
+    parts = {i: leaves[i] for i in indices if kinds[i] == "jax"}
+    if stacked:
+        for i, reduced in zip(stacked, _local_reducer(op)([leaves[i] for i in stacked])):
+            parts[i] = reduced
+    inputs = [_on_home(parts[i], home) for i in indices]
+    rows = tuple(leaves[i].shape[0] if kinds[i] == "stacked" else 0 for i in indices)
+    counts = tuple(size * (r or 1) for r in rows)
+    if home not in _dependency:
+        _dependency[home] = jax.device_put(jnp.zeros((), jnp.int32), home)
+    outputs, _dependency[home] = _fused_allreduce(inputs, _dependency[home], op=op, counts=counts, rows=rows,
+                                                  ordered=not transport.FAST_PATH)
+    moves = []
+    for i, value in zip(indices, outputs):
+        sharding = leaves[i].sharding
+        if _is_on(sharding, home):
+            results[i] = value
+        else:
+            moves.append((i, value, sharding))
+    if moves:  # one transfer call for everything that goes back to several devices
+        placed = jax.device_put([v for _, v, _ in moves], [s for _, _, s in moves])
+        for (i, _, _), value in zip(moves, placed):
+            results[i] = value
+
+
+# --- host leaves (numpy, Python numbers): mpi4py on one numpy buffer per dtype -------------
+
+def _host_concat(parts):
+    return np.concatenate([np.ravel(p) for p in parts]) if parts else np.empty(0)
 
 
 def _split_columns(gathered, shapes):
@@ -169,37 +242,25 @@ def _split_columns(gathered, shapes):
     return out
 
 
-@jax.jit
-def _fused_allgather(parts):
-    gathered = mpi4jax.allgather(_concat(parts), comm=_comm())  # (size, n)
-    return _split_columns(gathered, [p.shape for p in parts])
+def _restore_host(value, original, kind):
+    array = np.asarray(value)
+    if kind == "python":
+        return array.item()
+    return array if isinstance(original, np.ndarray) else array[()]
 
 
-# --- host leaves (numpy, Python numbers): mpi4py on one numpy buffer per dtype -------------
-# Host data stays on the host: JAX without x64 would truncate float64/int64, and a round trip
-# through a device buffer only to reach MPI would add copies.
-
-def _host_concat(parts):
-    return np.concatenate([np.ravel(p) for p in parts]) if parts else np.empty(0)
-
-
-def _host_allreduce(parts, op):
-    buffer = np.ascontiguousarray(_host_concat(parts))
-    _host_comm().Allreduce(MPI.IN_PLACE, buffer, op=_MPI_OPS[op])
-    return _split(buffer, [np.shape(p) for p in parts])
-
-
-def _host_bcast(parts, root):
-    buffer = np.ascontiguousarray(_host_concat(parts))
-    _host_comm().Bcast(buffer, root=root)
-    return _split(buffer, [np.shape(p) for p in parts])
-
-
-def _host_allgather(parts):
-    buffer = np.ascontiguousarray(_host_concat(parts))
-    gathered = np.empty((_host_comm().Get_size(), buffer.size), buffer.dtype)
-    _host_comm().Allgather(buffer, gathered)
-    return _split_columns(gathered, [np.shape(p) for p in parts])
+def _allreduce_host_leaves(leaves, kinds, indices, op, results):
+    size = _host_comm().Get_size()
+    arrays = {i: np.asarray(leaves[i]) for i in indices}
+    for group in _groups([(arrays[i].shape, arrays[i].dtype) for i in indices], op):
+        members = [indices[g] for g in group]
+        wire = _wire_dtype(arrays[members[0]].dtype, op)
+        buffer = np.ascontiguousarray(_host_concat([arrays[i].astype(wire, copy=False) for i in members]))
+        _host_comm().Allreduce(MPI.IN_PLACE, buffer, op=_MPI_OPS[op])
+        for i, value in zip(members, _split(buffer, [arrays[i].shape for i in members])):
+            value = value / size if op == "mean" else value
+            value = value.astype(_result_dtype(arrays[i].dtype, op) if op != "mean" else value.dtype)
+            results[i] = _restore_host(value, leaves[i], kinds[i])
 
 
 def _check_op(op):
@@ -207,58 +268,65 @@ def _check_op(op):
         raise ValueError(f"op={op!r} is not supported; use one of {', '.join(_MPI_OPS)}")
 
 
-def _transport_dtype(dtype, op):
-    """The dtype a leaf travels as: bools as integers (sum counts, max/min is any/all),
-    dtypes MPI lacks (float16, bfloat16) as float32."""
-    if np.dtype(dtype) == np.bool_:
-        return np.dtype(np.int32 if op in ("sum", "mean") else np.uint8)
-    return _wire_dtype(dtype)
-
-
 def allreduce(tree, op: str = "sum"):
     """Reduce every leaf over all devices of all processes (see the module doc for leaf kinds).
 
-    op: "sum", "mean", "max" or "min". Every process must call it with the same tree structure,
-    shapes and dtypes. Returns a tree of the same structure, each leaf of its input's kind.
+    op: "sum", "mean", "max" or "min". Returns a tree of the same structure, each leaf of its
+    input's kind and placement. A sum of bools counts; max/min of bools are any/all.
     """
     _check_op(op)
-    leaves, treedef = _flatten(tree, "tree")
-    size = MPI.COMM_WORLD.Get_size()
-    wire = [_transport_dtype(leaf.dtype, op) for leaf in leaves]
+    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    if not leaves:
+        return tree
+    kinds = [_classify(v, tree, i) for i, v in enumerate(leaves)]
     results = [None] * len(leaves)
-    for on_device in (True, False):
-        groups = {}
-        for i, leaf in enumerate(leaves):
-            if (leaf.kind in DEVICE_KINDS) == on_device:
-                groups.setdefault(wire[i].name, []).append(i)
-        for _, indices in sorted(groups.items()):
-            if on_device:
-                parts = [_on_home_device(leaves[i], op).astype(wire[i]) for i in indices]
-                reduced = _fused_allreduce(parts, op=op)
-            else:
-                reduced = _host_allreduce([np.asarray(leaves[i].value, wire[i]) for i in indices], op)
-            for i, value in zip(indices, reduced):
-                leaf = leaves[i]
-                if op == "mean":
-                    value = value / (size * (leaf.shape[0] if leaf.kind == "stacked" else 1))
-                elif not (leaf.dtype == np.bool_ and op == "sum"):  # a sum of bools is a count
-                    value = value.astype(leaf.dtype)
-                results[i] = leaf.restore(value)
+    on_device = [i for i, k in enumerate(kinds) if k in DEVICE_KINDS]
+    on_host = [i for i, k in enumerate(kinds) if k in HOST_KINDS]
+    if on_device:
+        _allreduce_device_leaves(leaves, kinds, on_device, op, results)
+    if on_host:
+        _allreduce_host_leaves(leaves, kinds, on_host, op, results)
     return jax.tree_util.tree_unflatten(treedef, results)
+
+
+# --- broadcast and allgather: public mpi4jax ops, fused per dtype -------------------------
+
+@functools.partial(jax.jit, static_argnames=("root",))
+def _fused_bcast(parts, root):
+    return _split(mpi4jax.bcast(_concat(parts), root, comm=_ordered_comm()), [p.shape for p in parts])
+
+
+@jax.jit
+def _fused_allgather(parts):
+    gathered = mpi4jax.allgather(_concat(parts), comm=_ordered_comm())  # (size, n)
+    return _split_columns(gathered, [p.shape for p in parts])
+
+
+def _by_wire_dtype(leaves, indices):
+    groups = {}
+    for i in indices:
+        groups.setdefault(_wire_dtype(np.asarray(leaves[i]).dtype if not hasattr(leaves[i], "dtype")
+                                      else leaves[i].dtype).name, []).append(i)
+    return sorted(groups.items())
 
 
 def broadcast(tree, root: int = 0):
     """Every process gets the root process's tree (same structure, shapes and dtypes required)."""
-    leaves, treedef = _flatten(tree, "tree")
+    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    kinds = [_classify(v, tree, i) for i, v in enumerate(leaves)]
     results = [None] * len(leaves)
-    for dtype_name, indices in _groups(leaves, DEVICE_KINDS):
-        parts = [jax.device_put(leaves[i].value, _home_device()).astype(dtype_name) for i in indices]
+    device = [i for i, k in enumerate(kinds) if k in DEVICE_KINDS]
+    host = [i for i, k in enumerate(kinds) if k in HOST_KINDS]
+    home = _home_device()
+    for wire, indices in _by_wire_dtype(leaves, device):
+        parts = [jax.device_put(leaves[i], home).astype(wire) for i in indices]
         for i, value in zip(indices, _fused_bcast(parts, root=root)):
-            results[i] = leaves[i].restore(value.astype(leaves[i].dtype))
-    for dtype_name, indices in _groups(leaves, HOST_KINDS):
-        parts = [np.asarray(leaves[i].value, dtype_name) for i in indices]
-        for i, value in zip(indices, _host_bcast(parts, root)):
-            results[i] = leaves[i].restore(value.astype(leaves[i].dtype))
+            results[i] = jax.device_put(value.astype(leaves[i].dtype), leaves[i].sharding)
+    for wire, indices in _by_wire_dtype(leaves, host):
+        buffer = np.ascontiguousarray(_host_concat([np.asarray(leaves[i], wire) for i in indices]))
+        _host_comm().Bcast(buffer, root=root)
+        for i, value in zip(indices, _split(buffer, [np.shape(leaves[i]) for i in indices])):
+            results[i] = _restore_host(value.astype(np.asarray(leaves[i]).dtype), leaves[i], kinds[i])
     return jax.tree_util.tree_unflatten(treedef, results)
 
 
@@ -269,24 +337,38 @@ def allgather(tree):
     leaves keep their per-device rows, so the result is in global device order. Results are
     numpy arrays for numpy/Python inputs, and arrays on the first local device for jax inputs.
     """
-    leaves, treedef = _flatten(tree, "tree")
+    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    kinds = [_classify(v, tree, i) for i, v in enumerate(leaves)]
     results = [None] * len(leaves)
-    for on_device, kinds in ((True, DEVICE_KINDS), (False, HOST_KINDS)):
-        for dtype_name, indices in _groups(leaves, kinds):
+    home = _home_device()
+    for on_device, wanted in ((True, DEVICE_KINDS), (False, HOST_KINDS)):
+        indices = [i for i, k in enumerate(kinds) if k in wanted]
+        for wire, members in _by_wire_dtype(leaves, indices):
             if on_device:
-                parts = [jax.device_put(leaves[i].value, _home_device()).astype(dtype_name) for i in indices]
-                gathered = _fused_allgather(parts)
+                gathered = _fused_allgather([jax.device_put(leaves[i], home).astype(wire) for i in members])
             else:
-                gathered = _host_allgather([np.asarray(leaves[i].value, dtype_name) for i in indices])
-            for i, value in zip(indices, gathered):
-                leaf = leaves[i]
-                if leaf.shape:
-                    value = value.reshape((-1,) + tuple(leaf.shape[1:]))
-                results[i] = value.astype(leaf.dtype)
+                buffer = np.ascontiguousarray(_host_concat([np.asarray(leaves[i], wire) for i in members]))
+                out = np.empty((_host_comm().Get_size(), buffer.size), buffer.dtype)
+                _host_comm().Allgather(buffer, out)
+                gathered = _split_columns(out, [np.shape(leaves[i]) for i in members])
+            for i, value in zip(members, gathered):
+                shape = np.shape(leaves[i])
+                if shape:
+                    value = value.reshape((-1,) + tuple(shape[1:]))
+                dtype = leaves[i].dtype if hasattr(leaves[i], "dtype") else np.asarray(leaves[i]).dtype
+                results[i] = value.astype(dtype)
     return jax.tree_util.tree_unflatten(treedef, results)
 
 
-def barrier() -> None:
-    """Wait until every process gets here (pending mpi4jax calls finish first)."""
+def wait_pending() -> None:
+    """Block until every dispatched cross-process call has run. The fast path's calls carry no
+    JAX effect, so jax.effects_barrier() alone does not wait for them; a process must not exit
+    while one is still queued, or its peers would wait forever."""
     jax.effects_barrier()
+    jax.block_until_ready(list(_dependency.values()))
+
+
+def barrier() -> None:
+    """Wait until every process gets here (pending cross-process calls finish first)."""
+    wait_pending()
     _host_comm().Barrier()

@@ -20,6 +20,14 @@ from .runtime.topology import EMULATED_PPN
 from .spec import JobSpec
 
 RANK_PROGRAM = ["-m", "launcher.runtime.bootstrap"]
+# Environment every rank starts with unless the spec's env sets the same names.
+# glibc malloc: XLA allocates each output buffer fresh; above 32 MiB glibc serves them with mmap,
+# so every large collective pays ~16k page faults per 64 MiB (measured: 64 MiB allreduce 93 ms
+# against 33 ms with these settings, raw MPI 35-40 ms). Keeping large blocks in the heap lets
+# freed buffers be reused. Cost: freed memory is not handed back to the OS until exit.
+RANK_ENV_DEFAULTS = {
+    "GLIBC_TUNABLES": "glibc.malloc.mmap_threshold=4294967296:glibc.malloc.trim_threshold=4294967296",
+}
 KILL_GRACE_SECONDS = 5
 
 
@@ -60,7 +68,7 @@ def mpirun_flags(num_processes: int, is_root: bool, oversubscribe: bool = True) 
 def plan_local_run(spec: JobSpec, run: RunDirectory, mpirun: str, python: str, is_root: bool) -> LaunchPlan:
     """Pure: the command and environment that run `spec` on this machine."""
     argv = [mpirun, *mpirun_flags(spec.num_processes, is_root), python, *RANK_PROGRAM]
-    env = {**spec.env, RUN_DIR_ENV: str(run.path), EMULATED_PPN: str(spec.processes_per_node)}
+    env = {**RANK_ENV_DEFAULTS, **spec.env, RUN_DIR_ENV: str(run.path), EMULATED_PPN: str(spec.processes_per_node)}
     return LaunchPlan(argv=argv, env=env)
 
 

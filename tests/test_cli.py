@@ -55,6 +55,7 @@ def test_dry_run_prints_the_exact_command_and_environment(tmp_path):
         "-m launcher.runtime.bootstrap\n"
         "environment:\n"
         "  EXTRA='1 2'\n"
+        "  GLIBC_TUNABLES=glibc.malloc.mmap_threshold=4294967296:glibc.malloc.trim_threshold=4294967296\n"
         "  JAXLAUNCH_EMULATED_PROCESSES_PER_NODE=1\n"
         f"  JAXLAUNCH_RUN_DIR={tmp_path / 'r'}\n")
     assert not (tmp_path / "r").exists()  # a dry run creates nothing

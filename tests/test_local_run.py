@@ -90,3 +90,18 @@ def test_bad_spec_through_the_console_script_has_no_traceback(write_spec):
     assert result.returncode == 2
     assert result.stderr.startswith(f"Error: {path}:3: nodez: unknown key.")
     assert "Traceback" not in result.stderr
+
+
+def test_benchmark_job_runs_and_writes_table_json_and_plot(tmp_path):
+    """A small run of the benchmark job: every method runs and agrees; timings are not judged here."""
+    result = jaxlaunch("run", JOBS / "bench_allreduce.yaml", "--run-dir", tmp_path / "run",
+                       "--set", "params.sizes=[8, 4096]", "--set", "params.repeat_scale=0.05",
+                       "--set", "params.tree_leaves=10", "--set", "params.tree_bytes=40960", timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads((tmp_path / "run" / "bench.json").read_text())
+    assert [row["case"] for row in report["rows"]] == ["8 B", "4096 B", "10-leaf tree, 0 MiB"]
+    for row in report["rows"]:
+        assert set(row["seconds"]) == {"mpi4py", "mpi4jax per-leaf", "launcher", "jax.distributed"}
+        assert all(0 < t < 60 for t in row["seconds"].values())
+    assert (tmp_path / "run" / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "| case | mpi4py | mpi4jax per-leaf | launcher | jax.distributed |" in result.stdout + result.stderr

@@ -124,7 +124,9 @@ def main() -> None:
         function = load_entrypoint(spec.entrypoint)
         started = time.perf_counter()
         value = function(ctx)
-        jax.effects_barrier()  # let asynchronously dispatched mpi4jax calls finish before exit
+        # Let asynchronously dispatched mpi4jax calls finish before exit (mpi4jax issue #22).
+        collectives = sys.modules.get("launcher.collectives")
+        collectives.wait_pending() if collectives else jax.effects_barrier()
         if rank == 0:
             write_result(run, value)
         ctx.logger.info("entrypoint finished in %.2f s", time.perf_counter() - started)

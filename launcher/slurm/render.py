@@ -14,7 +14,7 @@ from pathlib import Path
 import jinja2
 
 from .. import __version__
-from ..local import mpirun_flags, RANK_PROGRAM
+from ..local import RANK_ENV_DEFAULTS, RANK_PROGRAM, mpirun_flags
 from ..runtime.bootstrap import RUN_DIR_ENV
 from ..spec import JobSpec, format_slurm_time
 
@@ -84,7 +84,7 @@ def launch_line(spec: JobSpec, python: str, mpirun: str, is_root: bool, exported
 def render_batch_script(spec: JobSpec, run_dir: Path, workdir: Path, python: str, mpirun: str,
                         is_root: bool = False) -> str:
     """The sbatch script for `spec`. Pure: the same arguments give the same text."""
-    env = {**(PMIX_SECURITY_DEFAULT if spec.slurm.launch == "srun" else {}), **spec.env,
+    env = {**RANK_ENV_DEFAULTS, **(PMIX_SECURITY_DEFAULT if spec.slurm.launch == "srun" else {}), **spec.env,
            RUN_DIR_ENV: str(run_dir)}
     exports = [f"{name}={shlex.quote(value)}" for name, value in env.items()]
     return _template().render(

@@ -143,3 +143,65 @@ def test_unknown_op_lists_the_valid_ones():
 def test_non_array_leaf_is_rejected():
     with pytest.raises(TypeError, match=r"tree\['x'\] is a str"):
         launcher.allreduce({"x": "text"})
+
+
+@pytest.fixture(params=["fast", "ordered"])
+def transport_path(request, monkeypatch):
+    """Run a test over both transports: the fast FFI path and mpi4jax's public ordered op."""
+    from launcher import transport
+    if request.param == "ordered":
+        monkeypatch.setattr(transport, "FAST_PATH", False)
+    else:
+        assert transport.FAST_PATH, "mpi4jax internals not found: the fast path is off"
+    return request.param
+
+
+def test_many_leaves_mixed_sizes_and_dtypes(world, transport_path):
+    """A 100-leaf 'gradient' tree plus leaves large enough to travel alone."""
+    rank, size = world
+    tree = {"grads": [jnp.full((97,), i + rank, jnp.float32) for i in range(100)],
+            "big": jnp.full((1 << 20) + 3, rank + 1.0, jnp.float32),          # 4 MiB + 12 B: its own call
+            "ints": jnp.arange(5, dtype=jnp.int32) * (rank + 1),
+            "half": jnp.full((3,), 0.5, jnp.float16)}
+    for op in ("sum", "mean", "max"):
+        out = launcher.allreduce(tree, op=op)
+        ranks = np.arange(size)
+        per_rank = {"sum": np.sum, "mean": np.mean, "max": np.max}[op]
+        for i, leaf in enumerate(out["grads"]):
+            np.testing.assert_allclose(np.asarray(leaf), np.full(97, per_rank(i + ranks)), rtol=1e-6)
+        np.testing.assert_allclose(np.asarray(out["big"][:4]), per_rank(ranks + 1.0))
+        np.testing.assert_allclose(np.asarray(out["ints"]), np.arange(5) * per_rank(ranks + 1), rtol=1e-6)
+        assert out["half"].dtype == jnp.float16
+        assert out["ints"].dtype == (np.float32 if op == "mean" else np.int32)
+
+
+def test_calls_stay_paired_when_inputs_finish_out_of_order(world, transport_path):
+    """Ranks alternate which call gets a slow (still computing) input and never block in between.
+    If a later call could overtake an earlier one, ranks would pair different calls: wrong sums."""
+    rank, size = world
+    matrix = jnp.eye(128, dtype=jnp.float32)
+
+    @jax.jit
+    def slow(v):
+        a = jnp.broadcast_to(v[:1], (128, 128))
+        for _ in range(20):
+            a = a @ matrix
+        return v + (a[0, 0] - a[0, 0])
+
+    outputs = []
+    for i in range(60):
+        value = jnp.full(256, float(i) + rank, jnp.float32)
+        outputs.append(launcher.allreduce(slow(value) if (i + rank) % 2 == 0 else value))
+    expected = [size * i + np.arange(size).sum() for i in range(60)]
+    np.testing.assert_allclose([float(o[0]) for o in outputs], expected)
+
+
+def test_fast_path_refuses_a_multi_device_computation():
+    if n_local() < 2:
+        pytest.skip("needs 2 local devices (XLA_FLAGS=--xla_force_host_platform_device_count=2)")
+    from mpi4py import MPI
+    from launcher import transport
+    mesh = Mesh(np.array(jax.local_devices()), ("d",))
+    x = jax.device_put(jnp.ones(4), NamedSharding(mesh, PartitionSpec("d")))
+    with pytest.raises(NotImplementedError, match="must run in a single-device computation"):
+        jax.jit(lambda v: transport.allreduce_flat(v, MPI.SUM, MPI.COMM_WORLD))(x)
