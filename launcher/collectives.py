@@ -48,7 +48,7 @@ _WIRE_DTYPES = {"bfloat16": np.dtype(np.float32), "float16": np.dtype(np.float32
 # Leaves this large get an MPI call of their own: a 16 MiB concat + split costs more than a call.
 SOLO_BYTES = 4 << 20
 
-DEVICE_KINDS = ("jax", "stacked")
+DEVICE_KINDS = ("home", "jax", "stacked")
 HOST_KINDS = ("numpy", "python")
 
 
@@ -85,8 +85,9 @@ def _leaf_name(tree, index: int) -> str:
     return "tree" + jax.tree_util.keystr(path)
 
 
-def _classify(value, tree, index) -> str:
-    """'jax' (one device or replicated), 'stacked' (one row per local device), 'numpy' or 'python'."""
+def _classify(value, tree, index, home=None) -> str:
+    """'home' (on the first local device: the common, cheapest case), 'jax' (on another single
+    device, or replicated), 'stacked' (one row per local device), 'numpy' or 'python'."""
     if isinstance(value, jax.Array):
         if isinstance(value, jax.core.Tracer):
             raise TypeError(
@@ -95,7 +96,7 @@ def _classify(value, tree, index) -> str:
                 "local devices.")
         sharding = value.sharding
         if isinstance(sharding, SingleDeviceSharding):
-            return "jax"
+            return "home" if home is not None and _is_on(sharding, home) else "jax"
         if not value.is_fully_addressable:
             raise ValueError(f"{_leaf_name(tree, index)} spans devices of other processes (a jax.distributed "
                              "global array); launcher collectives take per-process arrays")
@@ -202,24 +203,20 @@ def _allreduce_device_leaves(leaves, kinds, indices, op, results):
     home = _home_device()
     size = MPI.COMM_WORLD.Get_size()
     stacked = [i for i in indices if kinds[i] == "stacked"]
-    parts = {i: leaves[i] for i in indices if kinds[i] == "jax"}
-    if stacked:
-        for i, reduced in zip(stacked, _local_reducer(op)([leaves[i] for i in stacked])):
-            parts[i] = reduced
-    inputs = [_on_home(parts[i], home) for i in indices]
+    reduced = dict(zip(stacked, _local_reducer(op)([leaves[i] for i in stacked]))) if stacked else {}
+    inputs = [leaves[i] if kinds[i] == "home" else _on_home(reduced.get(i, leaves[i]), home) for i in indices]
     rows = tuple(leaves[i].shape[0] if kinds[i] == "stacked" else 0 for i in indices)
     counts = tuple(size * (r or 1) for r in rows)
     if home not in _dependency:
         _dependency[home] = jax.device_put(jnp.zeros((), jnp.int32), home)
     outputs, _dependency[home] = _fused_allreduce(inputs, _dependency[home], op=op, counts=counts, rows=rows,
-                                                  ordered=not transport.FAST_PATH)
+                                                  ordered=not transport.fast_path_for(home))
     moves = []
     for i, value in zip(indices, outputs):
-        sharding = leaves[i].sharding
-        if _is_on(sharding, home):
+        if kinds[i] == "home":
             results[i] = value
         else:
-            moves.append((i, value, sharding))
+            moves.append((i, value, leaves[i].sharding))
     if moves:  # one transfer call for everything that goes back to several devices
         placed = jax.device_put([v for _, v, _ in moves], [s for _, _, s in moves])
         for (i, _, _), value in zip(moves, placed):
@@ -278,7 +275,8 @@ def allreduce(tree, op: str = "sum"):
     leaves, treedef = jax.tree_util.tree_flatten(tree)
     if not leaves:
         return tree
-    kinds = [_classify(v, tree, i) for i, v in enumerate(leaves)]
+    home = _home_device()
+    kinds = [_classify(v, tree, i, home) for i, v in enumerate(leaves)]
     results = [None] * len(leaves)
     on_device = [i for i, k in enumerate(kinds) if k in DEVICE_KINDS]
     on_host = [i for i, k in enumerate(kinds) if k in HOST_KINDS]

@@ -96,6 +96,12 @@ except (ImportError, AttributeError):  # mpi4jax or JAX internals moved: take th
 FAST_PATH = _FAST is not None
 
 
+def fast_path_for(device) -> bool:
+    """The fast path is registered for CPU; other platforms use mpi4jax's public op (and its
+    CUDA/XPU bridge, when mpi4jax was built with one)."""
+    return FAST_PATH and device.platform == "cpu"
+
+
 def allreduce_flat(buffer, op, comm, ordered: bool = False):
     """Allreduce a 1-D buffer inside a single-device jit. `op`, `comm`: mpi4py objects."""
     if buffer.shape[0] > MAX_COUNT:
