@@ -255,8 +255,7 @@ def _allreduce_host_leaves(leaves, kinds, indices, op, results):
         buffer = np.ascontiguousarray(_host_concat([arrays[i].astype(wire, copy=False) for i in members]))
         _host_comm().Allreduce(MPI.IN_PLACE, buffer, op=_MPI_OPS[op])
         for i, value in zip(members, _split(buffer, [arrays[i].shape for i in members])):
-            value = value / size if op == "mean" else value
-            value = value.astype(_result_dtype(arrays[i].dtype, op) if op != "mean" else value.dtype)
+            value = value / size if op == "mean" else value.astype(_result_dtype(arrays[i].dtype, op))
             results[i] = _restore_host(value, leaves[i], kinds[i])
 
 

@@ -100,7 +100,6 @@ def main() -> None:
         node_index, num_nodes = node_index_from_local_ranks(rank, comm.allgather(local_rank))
 
         os.environ.update(device_environment(spec.platform, spec.devices_per_process, local_rank, os.environ))
-        os.environ.update(spec.env)
 
         import jax  # noqa: E402  (after the device environment, on purpose)
         import numpy as np
