@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 import mpi4jax
 import numpy as np
-from jax.sharding import SingleDeviceSharding
+from jax.sharding import Mesh, NamedSharding, PartitionSpec, SingleDeviceSharding
 from mpi4py import MPI
 
 from . import transport
@@ -162,11 +162,10 @@ def _concat(parts):
 
 # --- device leaves ------------------------------------------------------------------------
 
-@functools.partial(jax.jit, static_argnames=("op", "counts", "rows", "ordered"))
-def _fused_allreduce(parts, dependency, op, counts, rows, ordered):
-    """One dispatch: per group, concat -> one MPI allreduce -> split; then mean, casts, and the
-    broadcast back to per-device rows. counts: contributions per leaf (for mean); rows: the
-    per-device row count of stacked leaves (0 for the others)."""
+@functools.partial(jax.jit, static_argnames=("op", "counts", "ordered"))
+def _fused_allreduce(parts, dependency, op, counts, ordered):
+    """One dispatch: per group, concat -> one MPI allreduce -> split; then mean and casts.
+    counts: contributions per part, the divisor of a mean."""
     out = [None] * len(parts)
     for group in _groups([(p.shape, p.dtype) for p in parts], op):
         wire = _wire_dtype(parts[group[0]].dtype, op)
@@ -174,15 +173,8 @@ def _fused_allreduce(parts, dependency, op, counts, rows, ordered):
         reduced = transport.allreduce_flat(buffer, _MPI_OPS[op], _comm(), ordered=ordered)
         for i, value in zip(group, _split(reduced, [parts[i].shape for i in group])):
             value = value / counts[i] if op == "mean" else value
-            value = value.astype(_result_dtype(parts[i].dtype, op))
-            out[i] = jnp.broadcast_to(value, (rows[i],) + value.shape) if rows[i] else value
+            out[i] = value.astype(_result_dtype(parts[i].dtype, op))
     return out, dependency + 1
-
-
-@functools.cache
-def _local_reducer(op: str):
-    """Reduce the leading (per-device) axis of several leaves over the local devices, in one go."""
-    return jax.jit(lambda xs: [_LOCAL_REDUCERS[op](x, axis=0) for x in xs])
 
 
 def _is_on(sharding, device) -> bool:
@@ -199,27 +191,87 @@ def _on_home(array, home):
     return jax.device_put(array, home)
 
 
+# Per-device ("stacked") leaves move between the local devices and the home device as a few
+# flat buffers, never leaf by leaf: every transfer call costs ~0.1 ms of Python per array, so
+# 100 leaves moved one by one cost more than the whole allreduce.
+
+def _replicated(sharding):
+    mesh = sharding.mesh if isinstance(sharding, NamedSharding) else Mesh(
+        np.array(sorted(sharding.device_set, key=lambda d: d.id)), ("devices",))
+    return NamedSharding(mesh, PartitionSpec())
+
+
+@functools.cache
+def _local_flattener(op: str, out_sharding):
+    """One sharded computation: reduce each stacked leaf over its rows (the local devices) and
+    concatenate the results per wire dtype into flat buffers, replicated on the local devices."""
+    def flatten(xs):
+        groups = {}
+        for x in xs:
+            groups.setdefault(_wire_dtype(x.dtype, op).name, []).append(
+                jnp.ravel(_LOCAL_REDUCERS[op](x, axis=0)).astype(_wire_dtype(x.dtype, op)))
+        return [jnp.concatenate(groups[name]) if len(groups[name]) > 1 else groups[name][0]
+                for name in sorted(groups)]
+    return jax.jit(flatten, out_shardings=out_sharding)
+
+
+def _stacked_layout(xs, op):
+    """For each flat buffer of _local_flattener (same order): its leaves' positions in xs."""
+    groups = {}
+    for position, x in enumerate(xs):
+        groups.setdefault(_wire_dtype(x.dtype, op).name, []).append(position)
+    return [groups[name] for name in sorted(groups)]
+
+
+@functools.cache
+def _spreader(layout, out_shardings):
+    """Split the reduced flat buffers back into leaves, each broadcast to its per-device rows,
+    divided by its count (mean) and cast, laid out like its input."""
+    def spread(flats):
+        out = [None] * sum(len(group) for group, _ in layout)
+        for flat, (group, leaves) in zip(flats, layout):
+            pieces = _split(flat, [shape for _, shape, _, _ in leaves])
+            for position, piece, (rows, _, count, dtype) in zip(group, pieces, leaves):
+                value = (piece / count if count else piece).astype(dtype)
+                out[position] = jnp.broadcast_to(value, (rows,) + value.shape)
+        return out
+    return jax.jit(spread, out_shardings=list(out_shardings))
+
+
 def _allreduce_device_leaves(leaves, kinds, indices, op, results):
     home = _home_device()
     size = MPI.COMM_WORLD.Get_size()
     stacked = [i for i in indices if kinds[i] == "stacked"]
-    reduced = dict(zip(stacked, _local_reducer(op)([leaves[i] for i in stacked]))) if stacked else {}
-    inputs = [leaves[i] if kinds[i] == "home" else _on_home(reduced.get(i, leaves[i]), home) for i in indices]
-    rows = tuple(leaves[i].shape[0] if kinds[i] == "stacked" else 0 for i in indices)
-    counts = tuple(size * (r or 1) for r in rows)
+    single = [i for i in indices if kinds[i] != "stacked"]
+    inputs = [leaves[i] if kinds[i] == "home" else _on_home(leaves[i], home) for i in single]
+    if stacked:
+        xs = [leaves[i] for i in stacked]
+        replicated = _replicated(xs[0].sharding)
+        flats = [_on_home(f, home) for f in _local_flattener(op, replicated)(xs)]
+        layout = _stacked_layout(xs, op)
+        inputs += flats
+    # counts: contributions per leaf, for mean (stacked buffers are divided later, leaf by leaf)
+    counts = tuple([size] * len(single) + [1] * (len(inputs) - len(single)))
     if home not in _dependency:
         _dependency[home] = jax.device_put(jnp.zeros((), jnp.int32), home)
-    outputs, _dependency[home] = _fused_allreduce(inputs, _dependency[home], op=op, counts=counts, rows=rows,
+    outputs, _dependency[home] = _fused_allreduce(inputs, _dependency[home], op=op, counts=counts,
                                                   ordered=not transport.fast_path_for(home))
     moves = []
-    for i, value in zip(indices, outputs):
+    for i, value in zip(single, outputs):
         if kinds[i] == "home":
             results[i] = value
         else:
             moves.append((i, value, leaves[i].sharding))
-    if moves:  # one transfer call for everything that goes back to several devices
+    if moves:
         placed = jax.device_put([v for _, v, _ in moves], [s for _, _, s in moves])
         for (i, _, _), value in zip(moves, placed):
+            results[i] = value
+    if stacked:
+        reduced_flats = jax.device_put(list(outputs[len(single):]), replicated)  # one transfer per dtype
+        spec = tuple((tuple(group), tuple((xs[p].shape[0], xs[p].shape[1:], size * xs[p].shape[0]
+                                            if op == "mean" else 0, _result_dtype(xs[p].dtype, op).name)
+                                           for p in group)) for group in layout)
+        for i, value in zip(stacked, _spreader(spec, tuple(x.sharding for x in xs))(reduced_flats)):
             results[i] = value
 
 

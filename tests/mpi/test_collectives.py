@@ -215,3 +215,26 @@ def test_replicated_leaf_counts_once_per_process(world):
     out = launcher.allreduce(x)
     assert out.sharding.is_equivalent_to(x.sharding, x.ndim)
     np.testing.assert_allclose(np.asarray(out), np.full(3, np.arange(1, size + 1).sum()))
+
+
+@pytest.mark.parametrize("op", ["sum", "mean", "max", "min"])
+def test_stacked_leaves_of_mixed_dtypes_match_numpy(world, op, transport_path):
+    """pmap-laid-out leaves (one row per device) of several dtypes, with a per-process leaf beside them."""
+    rank, size = world
+    n = n_local()
+    device_ids = np.arange(rank * n, rank * n + n)
+    values = lambda d: {"f": np.linspace(0, 1, 6, dtype=np.float32).reshape(2, 3) * (d + 1) - d,
+                        "i": np.array([d, -d, 3], np.int32), "b": np.array(d % 2 == 0)}
+    per_device = [values(int(d)) for d in device_ids]
+    stacked = jax.pmap(lambda t: t)(jax.tree_util.tree_map(lambda *xs: np.stack(xs), *per_device))
+    tree = {"stacked": stacked, "single": jnp.full(2, rank + 1.0)}
+    out = launcher.allreduce(tree, op=op)
+    everyone = [values(d) for d in range(size * n)]
+    reference = {"sum": np.sum, "mean": np.mean, "max": np.max, "min": np.min}[op]
+    for key in ("f", "i", "b"):
+        want = reference(np.stack([v[key] for v in everyone]), axis=0)
+        got = out["stacked"][key]
+        assert got.shape == (n,) + want.shape and got.sharding == stacked[key].sharding
+        for row in np.asarray(got):
+            np.testing.assert_allclose(row, want, rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(out["single"]), np.full(2, reference(np.arange(1, size + 1.0))))
