@@ -9,10 +9,10 @@ from __future__ import annotations
 import difflib
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
 from .errors import SpecError
 
@@ -63,13 +63,16 @@ def format_slurm_time(seconds: int) -> str:
 
 # --- the typed spec -----------------------------------------------------------------------
 
+# Seconds, written as 90, "30m", "1h30m" or "HH:MM:SS" in the spec.
+Duration = Annotated[int, BeforeValidator(parse_duration)]
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
 
 class SlurmSpec(_Strict):
     partition: str | None = Field(None, description="the Slurm partition (sbatch --partition)")
-    time: int | None = Field(
+    time: Duration | None = Field(
         None, description="time limit: seconds, '30m', '2h' or 'HH:MM:SS' (default: the job's timeout)"
     )
     account: str | None = Field(None, description="the account to charge (sbatch --account)")
@@ -86,11 +89,6 @@ class SlurmSpec(_Strict):
     extra: list[str] = Field(
         default_factory=list, description="extra #SBATCH directives, each like '--mem=8G'"
     )
-
-    @field_validator("time", mode="before")
-    @classmethod
-    def _parse_time(cls, value):
-        return None if value is None else parse_duration(value)
 
     @field_validator("extra")
     @classmethod
@@ -119,15 +117,10 @@ class JobSpec(_Strict):
     run_dir: str | None = Field(
         None, description="run directory; may use {name} and {time}; default runs/{name}-{time}"
     )
-    timeout: int | None = Field(
+    timeout: Duration | None = Field(
         None, description="wall-clock limit: seconds, '30m', '2h' or 'HH:MM:SS'; the job is killed after it"
     )
     slurm: SlurmSpec = Field(default_factory=SlurmSpec, description="settings for `jaxlaunch submit`")
-
-    @field_validator("timeout", mode="before")
-    @classmethod
-    def _parse_timeout(cls, value):
-        return None if value is None else parse_duration(value)
 
     @field_validator("name")
     @classmethod
