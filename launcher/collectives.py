@@ -1,12 +1,13 @@
 """Cross-process collectives over pytrees: allreduce, broadcast, allgather, barrier.
 
 How a leaf is read:
-- A jax.Array split over several local devices along its leading axis (pmap output, or an array
-  sharded over ctx.mesh) holds one contribution per row: allreduce reduces over the rows of all
-  processes (the devices of all hosts) and returns the same shape and sharding, every row holding
-  the total, like `lax.psum` inside pmap.
-- Anything else (numpy array, Python number, an array on one device or replicated) is this
-  process's contribution: allreduce reduces over processes and returns the same kind of value.
+- A jax.Array laid out one row per local device (pmap output, or shape (devices, ...) sharded
+  over ctx.mesh along its first axis) holds one contribution per device: allreduce reduces over
+  the devices of all hosts and returns the same shape and sharding, every row holding the total,
+  like `lax.psum` inside pmap.
+- Anything else (numpy array, Python number, an array on one device, replicated, or sharded in
+  any other way, such as a model-parallel weight) is this process's contribution: allreduce
+  reduces over processes and returns the same kind of value, with the same sharding.
 
 How allreduce runs (hierarchical and fused):
 1. leaves laid out per device are reduced over the local devices by ONE sharded XLA computation;
@@ -103,11 +104,10 @@ def _classify(value, tree, index, home=None) -> str:
         if len(sharding.device_set) == 1 or sharding.is_fully_replicated:
             return "jax"
         shard = sharding.shard_shape(value.shape)
-        if value.ndim == 0 or tuple(shard[1:]) != tuple(value.shape[1:]):
-            raise ValueError(
-                f"{_leaf_name(tree, index)} is sharded along an axis other than the leading one (shape "
-                f"{value.shape}, shard {shard}); shard only the leading axis or reduce locally first")
-        return "stacked"
+        if (value.ndim and value.shape[0] == len(sharding.device_set) and shard[0] == 1
+                and tuple(shard[1:]) == tuple(value.shape[1:])):
+            return "stacked"
+        return "jax"  # any other layout (e.g. a model-parallel weight) is one per-process value
     if isinstance(value, (np.ndarray, np.generic)):
         return "numpy"
     if isinstance(value, (bool, int, float, complex)):

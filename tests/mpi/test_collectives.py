@@ -238,3 +238,14 @@ def test_stacked_leaves_of_mixed_dtypes_match_numpy(world, op, transport_path):
         for row in np.asarray(got):
             np.testing.assert_allclose(row, want, rtol=1e-6)
     np.testing.assert_allclose(np.asarray(out["single"]), np.full(2, reference(np.arange(1, size + 1.0))))
+
+
+def test_model_parallel_weight_is_one_value_per_process(world):
+    """A weight sharded over the local devices along any axis is a layout, not per-device values."""
+    rank, size = world
+    mesh = Mesh(np.array(jax.local_devices()), ("model",))
+    for spec in (PartitionSpec(None, "model"), PartitionSpec("model", None)):
+        w = jax.device_put(jnp.full((4, 2 * n_local()), rank + 1.0), NamedSharding(mesh, spec))
+        out = launcher.allreduce({"w": w}, op="mean")["w"]
+        assert out.shape == w.shape and out.sharding == w.sharding
+        np.testing.assert_allclose(np.asarray(out), np.full(w.shape, np.mean(np.arange(1, size + 1.0))))
