@@ -351,11 +351,15 @@ def _fused_allgather(parts):
     return _split_columns(gathered, [p.shape for p in parts])
 
 
+def _dtype_of(value) -> np.dtype:
+    return np.dtype(value.dtype) if hasattr(value, "dtype") else np.asarray(value).dtype
+
+
 def _by_wire_dtype(leaves, indices):
+    """[(wire dtype name, leaf indices)] in a fixed order, the same on every rank."""
     groups = {}
     for i in indices:
-        groups.setdefault(_wire_dtype(np.asarray(leaves[i]).dtype if not hasattr(leaves[i], "dtype")
-                                      else leaves[i].dtype).name, []).append(i)
+        groups.setdefault(_wire_dtype(_dtype_of(leaves[i])).name, []).append(i)
     return sorted(groups.items())
 
 
@@ -375,7 +379,7 @@ def broadcast(tree, root: int = 0):
         buffer = np.ascontiguousarray(_host_concat([np.asarray(leaves[i], wire) for i in indices]))
         _host_comm().Bcast(buffer, root=root)
         for i, value in zip(indices, _split(buffer, [np.shape(leaves[i]) for i in indices])):
-            results[i] = _restore_host(value.astype(np.asarray(leaves[i]).dtype), leaves[i], kinds[i])
+            results[i] = _restore_host(value.astype(_dtype_of(leaves[i])), leaves[i], kinds[i])
     return jax.tree_util.tree_unflatten(treedef, results)
 
 
@@ -404,8 +408,7 @@ def allgather(tree):
                 shape = np.shape(leaves[i])
                 if shape:
                     value = value.reshape((-1,) + tuple(shape[1:]))
-                dtype = leaves[i].dtype if hasattr(leaves[i], "dtype") else np.asarray(leaves[i]).dtype
-                results[i] = value.astype(dtype)
+                results[i] = value.astype(_dtype_of(leaves[i]))
     return jax.tree_util.tree_unflatten(treedef, results)
 
 
