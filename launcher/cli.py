@@ -56,8 +56,9 @@ def run(spec, overrides, run_dir, dry_run):
 
     job = load_spec(spec, overrides)
     if dry_run:
-        target = RunDirectory(run_dir or job.run_dir or f"runs/{job.name}-TIME")
-        click.echo(plan_local_run(job, target, find_mpirun(), sys.executable, os.geteuid() == 0).describe())
+        plan = plan_local_run(job, RunDirectory.preview(job, run_dir), find_mpirun(), sys.executable,
+                              os.geteuid() == 0)
+        click.echo(plan.describe())
         return
     exit_code = run_local(job, RunDirectory.create(job, run_dir), echo=lambda m: click.echo(m, err=True))
     sys.exit(exit_code)
@@ -77,7 +78,7 @@ def render(spec, overrides, target, run_dir):
     from .spec import load_spec
 
     job = load_spec(spec, overrides)
-    run = RunDirectory(run_dir or job.run_dir or f"runs/{job.name}-TIME")
+    run = RunDirectory.preview(job, run_dir)
     if target == "slurm":
         click.echo(render_for_submission(job, run.path), nl=False)
     else:
@@ -99,8 +100,7 @@ def submit(spec, overrides, run_dir, dry_run, wait, parsable):
 
     job = load_spec(spec, overrides)
     if dry_run:
-        target = RunDirectory(run_dir or job.run_dir or f"runs/{job.name}-TIME")
-        click.echo(render_for_submission(job, target.path), nl=False)
+        click.echo(render_for_submission(job, RunDirectory.preview(job, run_dir).path), nl=False)
         return
     run = RunDirectory.create(job, run_dir)
     job_id = submit_job(job, run)

@@ -76,6 +76,11 @@ class RunDirectory:
         atomic_write_bytes(run.spec_file, spec.model_dump_json(indent=2).encode())
         return run
 
+    @classmethod
+    def preview(cls, spec: JobSpec, path: str | Path | None = None) -> "RunDirectory":
+        """The run directory a run would use, for --dry-run and render; nothing is created."""
+        return cls(path or spec.run_dir or f"{RUNS_ROOT}/{spec.name}-TIME")
+
     def read_spec(self) -> JobSpec:
         return JobSpec.model_validate_json(self.spec_file.read_text())
 
