@@ -60,7 +60,8 @@ def run(spec, overrides, run_dir, dry_run):
                               os.geteuid() == 0)
         click.echo(plan.describe())
         return
-    exit_code = run_local(job, RunDirectory.create(job, run_dir), echo=lambda m: click.echo(m, err=True))
+    exit_code = run_local(job, RunDirectory.create(job, run_dir), echo=lambda m: click.echo(m, err=True),
+                          print_result=click.echo)
     sys.exit(exit_code)
 
 
@@ -117,13 +118,18 @@ def status(job_ids):
     """Show state, elapsed time, nodes and run directory of jobs (default: those jaxlaunch submitted)."""
     from tabulate import tabulate
 
-    from .slurm.jobs import known_job_ids, status_rows
+    from .slurm.jobs import failure_lines, find_run_dir, known_job_ids, status_rows
 
     ids = list(job_ids) or known_job_ids()[:20]
     if not ids:
         click.echo("no jobs submitted with jaxlaunch yet")
         return
-    click.echo(tabulate(status_rows(ids), headers=["JOBID", "STATE", "ELAPSED", "NODES", "RUN DIR"]))
+    rows = status_rows(ids)
+    click.echo(tabulate(rows, headers=["JOBID", "STATE", "ELAPSED", "NODES", "RUN DIR"]))
+    for job_id, row in zip(ids, rows):
+        if job_ids and row[1] in ("FAILED", "TIMEOUT", "CANCELLED"):  # explain the jobs asked about
+            for line in failure_lines(find_run_dir(job_id)):
+                click.echo(f"job {job_id} {line}")
 
 
 @main.command()
@@ -133,9 +139,11 @@ def status(job_ids):
 @_user_errors
 def logs(job_id, rank, follow):
     """Print a job's output."""
-    from .slurm.jobs import stream_log
+    from .slurm.jobs import failure_lines, find_run_dir, stream_log
 
     stream_log(job_id, rank, follow, write=lambda text: click.echo(text, nl=False))
+    for line in failure_lines(find_run_dir(job_id)):  # after the log, on stderr: the log stays clean
+        click.echo(line, err=True)
 
 
 @main.command()

@@ -39,6 +39,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec, SingleDeviceShardin
 from mpi4py import MPI
 
 from . import transport
+from .runtime.monitor import TRACKER
 
 __all__ = ["allreduce", "broadcast", "allgather", "barrier"]
 
@@ -331,10 +332,14 @@ def allreduce(tree, op: str = "sum"):
     results = [None] * len(leaves)
     on_device = [i for i, k in enumerate(kinds) if k in DEVICE_KINDS]
     on_host = [i for i, k in enumerate(kinds) if k in HOST_KINDS]
+    seq = TRACKER.start("allreduce")
     if on_device:
         _allreduce_device_leaves(leaves, kinds, on_device, op, results)
+        TRACKER.dispatched(seq, "allreduce", _dependency[home])
     if on_host:
+        TRACKER.enter(seq, "allreduce")
         _allreduce_host_leaves(leaves, kinds, on_host, op, results)
+        TRACKER.leave()
     return jax.tree_util.tree_unflatten(treedef, results)
 
 
@@ -371,13 +376,18 @@ def broadcast(tree, root: int = 0):
     device = [i for i, k in enumerate(kinds) if k in DEVICE_KINDS]
     host = [i for i, k in enumerate(kinds) if k in HOST_KINDS]
     home = _home_device()
+    seq = TRACKER.start("broadcast")
     for wire, indices in _by_wire_dtype(leaves, device):
         parts = [jax.device_put(leaves[i], home).astype(wire) for i in indices]
-        for i, value in zip(indices, _fused_bcast(parts, root=root)):
+        reduced = _fused_bcast(parts, root=root)
+        TRACKER.dispatched(seq, "broadcast", reduced[-1])
+        for i, value in zip(indices, reduced):
             results[i] = jax.device_put(value.astype(leaves[i].dtype), leaves[i].sharding)
     for wire, indices in _by_wire_dtype(leaves, host):
         buffer = np.ascontiguousarray(_host_concat([np.asarray(leaves[i], wire) for i in indices]))
+        TRACKER.enter(seq, "broadcast")
         _host_comm().Bcast(buffer, root=root)
+        TRACKER.leave()
         for i, value in zip(indices, _split(buffer, [np.shape(leaves[i]) for i in indices])):
             results[i] = _restore_host(value.astype(_dtype_of(leaves[i])), leaves[i], kinds[i])
     return jax.tree_util.tree_unflatten(treedef, results)
@@ -394,15 +404,19 @@ def allgather(tree):
     kinds = [_classify(v, tree, i) for i, v in enumerate(leaves)]
     results = [None] * len(leaves)
     home = _home_device()
+    seq = TRACKER.start("allgather")
     for on_device, wanted in ((True, DEVICE_KINDS), (False, HOST_KINDS)):
         indices = [i for i, k in enumerate(kinds) if k in wanted]
         for wire, members in _by_wire_dtype(leaves, indices):
             if on_device:
                 gathered = _fused_allgather([jax.device_put(leaves[i], home).astype(wire) for i in members])
+                TRACKER.dispatched(seq, "allgather", gathered[-1])
             else:
                 buffer = np.ascontiguousarray(_host_concat([np.asarray(leaves[i], wire) for i in members]))
                 out = np.empty((_host_comm().Get_size(), buffer.size), buffer.dtype)
+                TRACKER.enter(seq, "allgather")
                 _host_comm().Allgather(buffer, out)
+                TRACKER.leave()
                 gathered = _split_columns(out, [np.shape(leaves[i]) for i in members])
             for i, value in zip(members, gathered):
                 shape = np.shape(leaves[i])
@@ -423,4 +437,7 @@ def wait_pending() -> None:
 def barrier() -> None:
     """Wait until every process gets here (pending cross-process calls finish first)."""
     wait_pending()
+    seq = TRACKER.start("barrier")
+    TRACKER.enter(seq, "barrier")
     _host_comm().Barrier()
+    TRACKER.leave()

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import shutil
-import signal
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -28,7 +25,6 @@ RANK_PROGRAM = ["-m", "launcher.runtime.bootstrap"]
 RANK_ENV_DEFAULTS = {
     "GLIBC_TUNABLES": "glibc.malloc.mmap_threshold=4294967296:glibc.malloc.trim_threshold=4294967296",
 }
-KILL_GRACE_SECONDS = 5
 
 
 @dataclass(frozen=True)
@@ -72,55 +68,20 @@ def plan_local_run(spec: JobSpec, run: RunDirectory, mpirun: str, python: str, i
     return LaunchPlan(argv=argv, env=env)
 
 
-def _terminate(process: subprocess.Popen) -> None:
-    """SIGTERM the whole process group (mpirun and its ranks), SIGKILL after a grace period."""
-    for sig, wait in ((signal.SIGTERM, KILL_GRACE_SECONDS), (signal.SIGKILL, None)):
-        try:
-            os.killpg(process.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            process.wait(wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+def run_local(spec: JobSpec, run: RunDirectory, echo=print, print_result=print) -> int:
+    """Run the job to completion under the supervisor; returns the exit code for `jaxlaunch run`:
+    0 completed, 1 failed, 124 timed out (or hung, with collective_timeout), 128+N stopped by signal N.
+    Progress goes to `echo`, the result (one line of JSON) to `print_result`."""
+    from .supervisor import describe_outcome, result_text, supervise
 
-
-def _failure_summary(run: RunDirectory) -> str:
-    lines = []
-    for rank in run.failed_ranks():
-        summary = run.rank_error(rank).read_text().partition("\n")[0].strip()
-        lines.append(f"rank {rank} failed: {summary or 'see its log'}")
-    return "; ".join(lines)
-
-
-def run_local(spec: JobSpec, run: RunDirectory, echo=print) -> int:
-    """Run the job to completion; returns the exit code for `jaxlaunch run` (0 ok, 1 failed)."""
     plan = plan_local_run(spec, run, find_mpirun(), sys.executable, os.geteuid() == 0)
     started = time.time()
-    run.update_status(state="RUNNING", backend="local", command=plan.argv, started=started)
-    process = subprocess.Popen(plan.argv, env={**os.environ, **plan.env}, start_new_session=True)
-    state = None
-    try:
-        returncode = process.wait(timeout=spec.timeout)
-    except subprocess.TimeoutExpired:
-        _terminate(process)
-        returncode, state = process.returncode, "TIMEOUT"
-    except KeyboardInterrupt:
-        _terminate(process)
-        returncode, state = process.returncode, "CANCELLED"
-    if state is None:
-        state = "COMPLETED" if returncode == 0 and run.result_file.exists() else "FAILED"
-    ended = time.time()
-    run.update_status(state=state, exit_code=returncode, ended=ended)
-    if state == "COMPLETED":
-        echo(f"jaxlaunch: job {spec.name} COMPLETED in {ended - started:.1f} s; result: {run.result_file}")
-        text = run.result_file.read_text()
-        if len(text) <= 2000:  # small results are worth seeing right away
-            echo(json.dumps(json.loads(text)))
-        return 0
-    why = {"TIMEOUT": f"timed out after {spec.timeout} s",
-           "CANCELLED": "cancelled"}.get(state, f"mpirun exit code {returncode}")
-    summary = _failure_summary(run)
-    echo(f"jaxlaunch: job {spec.name} {state} ({why}){'; ' + summary if summary else ''}; logs: {run.logs}")
-    return 1
+    run.update_status(backend="local", command=plan.argv)
+    outcome = supervise(spec, run, plan.argv, plan.env, echo=echo)
+    for line in describe_outcome(spec, run, outcome, time.time() - started):
+        echo(line)
+    if outcome.state == "COMPLETED":
+        text = result_text(run)
+        if text is not None:
+            print_result(text)
+    return outcome.exit_code

@@ -4,7 +4,12 @@ Layout (the same for local runs and Slurm jobs):
     spec.json           the validated spec the ranks read
     status.json         state, exit code, command, times, and the Slurm job id if any
     logs/rank-N.log     everything rank N printed
-    logs/rank-N.error   rank N's traceback, when it failed
+    logs/rank-N.error   rank N's traceback, when it failed (logs/rank-N.error.json: the same as data)
+    logs/rank-N.state.json  where rank N was when the job was stopped (timeout, signal, watchdog)
+    logs/launcher.log   what mpirun/srun printed themselves (not a rank's output)
+    logs/attempt-K/     the logs of attempt K, moved there when the job restarts (max_restarts)
+    control/            files the supervisor and the ranks exchange (see launcher/runtime/monitor.py)
+    failure.json        the root cause of a failed, timed-out or cancelled job (schema in README)
     result.json         what the entrypoint returned on rank 0 (arrays in result.npz)
 """
 
@@ -50,12 +55,27 @@ class RunDirectory:
     result_file = property(lambda self: self.path / "result.json")
     arrays_file = property(lambda self: self.path / "result.npz")
     logs = property(lambda self: self.path / "logs")
+    control = property(lambda self: self.path / "control")
+    failure_file = property(lambda self: self.path / "failure.json")
+    launcher_log = property(lambda self: self.path / "logs" / "launcher.log")
 
     def rank_log(self, rank: int) -> Path:
         return self.logs / f"rank-{rank}.log"
 
     def rank_error(self, rank: int) -> Path:
         return self.logs / f"rank-{rank}.error"
+
+    def rank_error_record(self, rank: int) -> Path:
+        return self.logs / f"rank-{rank}.error.json"
+
+    def rank_state(self, rank: int) -> Path:
+        return self.logs / f"rank-{rank}.state.json"
+
+    def read_failure(self) -> dict | None:
+        try:
+            return json.loads(self.failure_file.read_text())
+        except (FileNotFoundError, ValueError):
+            return None
 
     @classmethod
     def create(cls, spec: JobSpec, path: str | Path | None = None) -> "RunDirectory":
@@ -97,3 +117,13 @@ class RunDirectory:
 
     def failed_ranks(self) -> list[int]:
         return sorted(int(p.stem.split("-")[1]) for p in self.logs.glob("rank-*.error"))
+
+    def read_json_files(self, folder: Path, pattern: str) -> list[dict]:
+        """Every JSON file matching `pattern` in `folder` that parses (a half-written one is skipped)."""
+        records = []
+        for path in sorted(folder.glob(pattern)):
+            try:
+                records.append(json.loads(path.read_text()))
+            except (OSError, ValueError):
+                continue
+        return records

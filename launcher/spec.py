@@ -120,6 +120,13 @@ class JobSpec(_Strict):
     timeout: Duration | None = Field(
         None, description="wall-clock limit: seconds, '30m', '2h' or 'HH:MM:SS'; the job is killed after it"
     )
+    collective_timeout: Duration | None = Field(
+        None, description="longest any rank may wait in one launcher collective before the job is stopped "
+                          "with a hang report naming the ranks that never arrived: seconds, '5m', ..."
+    )
+    max_restarts: int = Field(
+        0, ge=0, description="restarts of the whole job after a failure (ctx.attempt tells the job which attempt)"
+    )
     slurm: SlurmSpec = Field(default_factory=SlurmSpec, description="settings for `jaxlaunch submit`")
 
     @field_validator("name")

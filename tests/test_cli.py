@@ -21,8 +21,8 @@ def test_misspelled_key_exits_2_with_file_line_and_valid_keys(write_spec):
     assert result.exit_code == 2
     assert result.output == (
         f"Error: {path}:3: nodez: unknown key.\n"
-        "  valid keys: devices_per_process, entrypoint, env, jax_distributed, name, nodes, params, platform, "
-        "processes_per_node, run_dir, setup, slurm, timeout\n"
+        "  valid keys: collective_timeout, devices_per_process, entrypoint, env, jax_distributed, max_restarts, "
+        "name, nodes, params, platform, processes_per_node, run_dir, setup, slurm, timeout\n"
         "  fix: did you mean 'nodes'? rename or remove the key.\n")
     assert "Traceback" not in result.output
 

@@ -70,22 +70,27 @@ def test_rendering_is_pure(tmp_path):
 
 
 def test_hostile_values_arrive_verbatim_and_run_nothing(tmp_path):
-    """Run the rendered script with bash, its launcher swapped for a program that records its
-    environment: every value must arrive byte for byte, and no PWNED file may appear."""
+    """Run the rendered script with bash, its supervisor (python) and launcher swapped for a program
+    that records its environment and arguments: every value must arrive byte for byte, and no PWNED
+    file may appear."""
     recorder = tmp_path / "record-env"
     recorder.write_text(f"#!{sys.executable}\nimport json, os, sys\n"
-                        f"json.dump(dict(os.environ), open({str(tmp_path / 'env.json')!r}, 'w'))\n")
+                        f"json.dump(dict(os.environ), open({str(tmp_path / 'env.json')!r}, 'w'))\n"
+                        f"json.dump(sys.argv, open({str(tmp_path / 'argv.json')!r}, 'w'))\n")
     recorder.chmod(recorder.stat().st_mode | stat.S_IEXEC)
     spec = {"name": "h", "entrypoint": "m:f", "env": {"EVIL": HOSTILE, "NEWLINE_FREE": "a\tb"},
             "slurm": {"extra": [f"--comment={HOSTILE}"]}}
     run_dir = tmp_path / "run dir $(touch PWNED) ;"
-    text = render_case(tmp_path, "h", spec, mpirun=str(recorder), run_dir=run_dir)
+    text = render_case(tmp_path, "h", spec, python=str(recorder), mpirun=str(recorder), run_dir=run_dir)
     script = tmp_path / "job.sbatch"
     script.write_text(text)
     subprocess.run(["bash", str(script)], cwd=tmp_path, check=True, timeout=30)
     env = json.loads((tmp_path / "env.json").read_text())
     assert env["EVIL"] == HOSTILE and env["NEWLINE_FREE"] == "a\tb"
     assert env["JAXLAUNCH_RUN_DIR"] == str(run_dir)
+    argv = json.loads((tmp_path / "argv.json").read_text())
+    assert argv[1:5] == ["-m", "launcher.supervisor", str(run_dir), "--"]  # the supervisor, then mpirun
+    assert argv[5] == str(recorder)
     assert not list(tmp_path.rglob("PWNED"))
 
 

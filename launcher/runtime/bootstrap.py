@@ -10,12 +10,15 @@ import importlib
 import importlib.util
 import logging
 import os
+import socket
 import sys
 import time
 import traceback
 from pathlib import Path
 
 RUN_DIR_ENV = "JAXLAUNCH_RUN_DIR"
+# Set by the supervisor: 0 for the first attempt, 1 after the first restart, ...
+ATTEMPT_ENV = "JAXLAUNCH_ATTEMPT"
 
 
 def load_entrypoint(entrypoint: str):
@@ -55,6 +58,17 @@ def start_jax_distributed(jax, comm, platform: str) -> None:
                                process_id=comm.Get_rank())
 
 
+def exception_summary(exc: BaseException) -> str:
+    """`Type: first line of the message`. Not traceback's last line: JAX appends a note ("For
+    simplicity, JAX has removed its internal frames...") that would hide the error itself."""
+    if isinstance(exc, SystemExit):
+        return f"SystemExit: sys.exit({exc.code!r}) called"
+    kind = type(exc)
+    name = kind.__qualname__ if kind.__module__ in ("builtins", "__main__") else f"{kind.__module__}.{kind.__qualname__}"
+    message = str(exc).strip().splitlines()
+    return f"{name}: {message[0]}" if message else name
+
+
 def _fail(comm, output, run, rank: int, exc: BaseException, exit_code: int = 1) -> None:
     """Show the traceback, keep it in the run directory, and bring the whole job down.
 
@@ -63,8 +77,15 @@ def _fail(comm, output, run, rank: int, exc: BaseException, exit_code: int = 1) 
     text = "".join(traceback.format_exception(exc))
     try:
         if run is not None:  # first line: the one-line summary `jaxlaunch run` prints
-            summary = traceback.format_exception_only(exc)[-1].strip()
+            summary = exception_summary(exc)
             run.rank_error(rank).write_text(f"{summary}\n\n{text}")
+            from ..rundir import atomic_write_json
+
+            atomic_write_json(run.rank_error_record(rank), {
+                "rank": rank, "host": socket.gethostname(), "pid": os.getpid(), "time": time.time(),
+                "exit_code": exit_code, "signal": None, "error": summary, "traceback": text,
+                "kind": "exit" if isinstance(exc, SystemExit) else "exception",
+            })
         if output is not None:
             output.write_direct(text)
             output.stop(timeout=1.0)
@@ -77,12 +98,21 @@ def _fail(comm, output, run, rank: int, exc: BaseException, exit_code: int = 1) 
         os._exit(exit_code)
 
 
+def setup_devices(spec, topology, env) -> dict[str, str]:
+    """The device environment of this rank, chosen by its LOCAL rank (never the global one: rank 5
+    of a 4-GPU node must take GPU 1, not GPU 5)."""
+    from .topology import device_environment
+
+    return device_environment(spec.platform, spec.devices_per_process, topology.local_rank, env)
+
+
 def main() -> None:
     from mpi4py import MPI  # MPI_Init happens here; JAX is not imported yet
 
     from ..rundir import RunDirectory
+    from .monitor import RankMonitor, write_done
     from .output import RankOutput
-    from .topology import device_environment, local_rank_from_env, node_index_from_local_ranks
+    from .topology import Topology, local_rank_from_env, node_index_from_local_ranks
 
     comm = MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()
@@ -91,6 +121,7 @@ def main() -> None:
         run = RunDirectory(os.environ[RUN_DIR_ENV])
         output = RankOutput(run.rank_log(rank), rank).start()
         spec = run.read_spec()
+        monitor = RankMonitor(run, rank, size, spec.collective_timeout).start()
 
         local = local_rank_from_env(os.environ)
         if local is None:  # no launcher variable: ask MPI which ranks share this host
@@ -98,8 +129,10 @@ def main() -> None:
             local = (shared.Get_rank(), shared.Get_size())
         local_rank, local_size = local
         node_index, num_nodes = node_index_from_local_ranks(rank, comm.allgather(local_rank))
+        topology = Topology(rank=rank, size=size, local_rank=local_rank, local_size=local_size or 1,
+                            node_index=node_index, num_nodes=num_nodes)
 
-        os.environ.update(device_environment(spec.platform, spec.devices_per_process, local_rank, os.environ))
+        os.environ.update(setup_devices(spec, topology, os.environ))
 
         import jax  # noqa: E402  (after the device environment, on purpose)
         import numpy as np
@@ -119,22 +152,26 @@ def main() -> None:
         ctx = JobContext(rank=rank, size=size, local_rank=local_rank, local_size=local_size or 1,
                          node_index=node_index, num_nodes=num_nodes, local_devices=devices,
                          mesh=Mesh(np.array(devices), (DEVICE_AXIS,)), run_dir=run.path,
-                         params=dict(spec.params))
+                         params=dict(spec.params), attempt=int(os.environ.get(ATTEMPT_ENV, "0")))
         function = load_entrypoint(spec.entrypoint)
         started = time.perf_counter()
-        value = function(ctx)
+        try:
+            value = function(ctx)
+        except SystemExit as exc:
+            if exc.code not in (None, 0):
+                raise
+            value = None  # sys.exit(0) ends main successfully, like a return
         # Let asynchronously dispatched mpi4jax calls finish before exit (mpi4jax issue #22).
         collectives = sys.modules.get("launcher.collectives")
         collectives.wait_pending() if collectives else jax.effects_barrier()
+        monitor.stop()
+        write_done(run, rank)
         if rank == 0:
             write_result(run, value)
         ctx.logger.info("entrypoint finished in %.2f s", time.perf_counter() - started)
         output.stop()
     except SystemExit as exc:
-        if exc.code not in (None, 0):
-            _fail(comm, output, run, rank, exc, exc.code if isinstance(exc.code, int) else 1)
-        if output is not None:
-            output.stop()
+        _fail(comm, output, run, rank, exc, exc.code if isinstance(exc.code, int) and exc.code else 1)
     except BaseException as exc:  # noqa: BLE001  (any failure must abort every rank)
         _fail(comm, output, run, rank, exc)
 

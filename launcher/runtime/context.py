@@ -23,6 +23,7 @@ class JobContext:
     mesh: Any                  # jax.sharding.Mesh over local_devices, axis DEVICE_AXIS
     run_dir: Path
     params: dict = field(default_factory=dict)
+    attempt: int = 0           # 0 on the first attempt; +1 for each restart (max_restarts), to resume from
     logger: logging.Logger = field(default_factory=lambda: logging.getLogger("jaxlaunch.job"))
 
     @property

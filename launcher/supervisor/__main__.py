@@ -1,0 +1,28 @@
+"""`python -m launcher.supervisor RUN_DIR -- LAUNCH...`: the supervisor inside a Slurm batch job.
+
+The batch script `exec`s this, so it is the batch shell itself: Slurm's signals to the batch step
+(scancel, --signal=B:...) reach it directly, and its exit code is the job's.
+"""
+
+import sys
+import time
+
+from ..rundir import RunDirectory
+from .supervise import describe_outcome, supervise
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 3 or argv[1] != "--":
+        print("usage: python -m launcher.supervisor RUN_DIR -- LAUNCH_COMMAND...", file=sys.stderr)
+        return 2
+    run = RunDirectory(argv[0])
+    spec = run.read_spec()
+    started = time.time()
+    outcome = supervise(spec, run, argv[2:], {}, echo=lambda m: print(m, file=sys.stderr, flush=True))
+    for line in describe_outcome(spec, run, outcome, time.time() - started):
+        print(line, file=sys.stderr, flush=True)
+    return outcome.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

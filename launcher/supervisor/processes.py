@@ -1,0 +1,77 @@
+"""The processes of a job on this machine, found by the run directory in their environment.
+
+Names are useless for this (every rank is `python`); the run directory is unique to a job, and
+every process of it (mpirun, its daemons, the ranks) inherits JAXLAUNCH_RUN_DIR.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+from ..runtime.bootstrap import RUN_DIR_ENV
+
+
+def _environ(pid: int) -> dict[bytes, bytes]:
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return {}
+    pairs = (item.partition(b"=") for item in raw.split(b"\0") if item)
+    return {key: value for key, _, value in pairs}
+
+
+def _ancestors() -> set[int]:
+    pids, pid = set(), os.getpid()
+    while pid > 1:
+        pids.add(pid)
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            pid = int(stat.rpartition(")")[2].split()[1])
+        except (OSError, ValueError, IndexError):
+            break
+    return pids
+
+
+def job_processes(run_dir: str | Path, extra: dict[str, str] | None = None) -> list[int]:
+    """PIDs whose environment has JAXLAUNCH_RUN_DIR=run_dir (and every `extra` variable), except
+    this process and its ancestors (the batch script that started us has the variable too)."""
+    wanted = {RUN_DIR_ENV.encode(): str(Path(run_dir).absolute()).encode()}
+    wanted.update({k.encode(): v.encode() for k, v in (extra or {}).items()})
+    skip = _ancestors()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) in skip:
+            continue
+        environ = _environ(int(entry))
+        if environ and all(environ.get(k) == v for k, v in wanted.items()):
+            found.append(int(entry))
+    return found
+
+
+def kill_job_processes(run_dir: str | Path, grace: float = 2.0) -> list[int]:
+    """SIGTERM every leftover process of the job, SIGKILL what is still there after `grace`."""
+    pids = job_processes(run_dir)
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + grace
+        while pids and time.monotonic() < deadline:
+            pids = [p for p in pids if _alive(p)]
+            time.sleep(0.05)
+        if not pids:
+            break
+    return pids
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"

@@ -1,0 +1,198 @@
+"""Why a job ended: failure.json from what the ranks recorded and what mpirun/srun printed.
+
+Sources, most precise first:
+- logs/rank-N.error.json: a rank's own record of an exception or a non-zero sys.exit;
+- control/abort-rank-N.json: a rank's request to stop the job (collective watchdog, a peer that
+  left `main` early);
+- mpirun's or srun's own messages: a rank killed by a signal (SIGSEGV, SIGKILL from the OOM
+  killer) or exiting without MPI_Finalize (os._exit) leaves nothing else behind;
+- logs/rank-N.log: faulthandler's "Fatal Python error" block after a crash in C;
+- logs/rank-N.state.json: where every rank was when the job was stopped (the hang report).
+The first failing rank is the earliest by time, as in torchelastic.
+"""
+
+from __future__ import annotations
+
+import re
+import signal as signals
+import time
+
+# What the launchers print, whitespace-normalised (prterun wraps its lines).
+_PRTE_SIGNAL = re.compile(r"process rank (\d+) with PID \d+ on node (\S+) exited on signal (\d+)")
+_PRTE_IMPROPER = re.compile(r"process rank (\d+) with PID \d+ on node (\S+) exiting improperly")
+_PRTE_EXIT_CODE = re.compile(r"Process name: \[[^\]]*?,(\d+)\] Exit code: (\d+)")
+_MPI_ABORT = re.compile(r"MPI_ABORT was invoked on rank (\d+)")
+_SRUN_TASK = re.compile(r"srun: error: (\S+): tasks? ([\d,\-]+): (.+?)(?: \(core dumped\))?$")
+_FATAL_PYTHON = re.compile(r"^Fatal Python error: (.+)$", re.MULTILINE)
+
+_SIGNAL_BY_DESCRIPTION = {"Killed": signals.SIGKILL, "Segmentation fault": signals.SIGSEGV,
+                          "Aborted": signals.SIGABRT, "Bus error": signals.SIGBUS,
+                          "Floating point exception": signals.SIGFPE, "Terminated": signals.SIGTERM,
+                          "Illegal instruction": signals.SIGILL}
+
+
+def signal_name(number: int) -> str:
+    try:
+        return signals.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def _ranks(text: str) -> list[int]:
+    """'1', '0-2' or '1,3' (srun's task lists)."""
+    ranks = []
+    for part in text.split(","):
+        first, _, last = part.partition("-")
+        ranks += list(range(int(first), int(last or first) + 1))
+    return ranks
+
+
+def parse_launcher_messages(text: str, seen_at: dict[int, float] | None = None) -> dict[int, dict]:
+    """{rank: record} for every rank mpirun or srun reports as failed, from their output."""
+    flat = " ".join(text.split())
+    found: dict[int, dict] = {}
+
+    def add(rank, **fields):
+        record = found.setdefault(rank, {"rank": rank, "host": None, "exit_code": None, "signal": None,
+                                         "error": None, "source": "launcher"})
+        record.update({k: v for k, v in fields.items() if v is not None})
+
+    for m in _PRTE_SIGNAL.finditer(flat):
+        number = int(m.group(3))
+        add(int(m.group(1)), host=m.group(2), signal=signal_name(number),
+            error=f"killed by {signal_name(number)}")
+    for m in _PRTE_IMPROPER.finditer(flat):
+        add(int(m.group(1)), host=m.group(2),
+            error="exited without MPI_Finalize while the job was running (os._exit, or a crash outside Python)")
+    for m in _PRTE_EXIT_CODE.finditer(flat):
+        add(int(m.group(1)), exit_code=int(m.group(2)), error=f"exited with code {m.group(2)}")
+    for m in _MPI_ABORT.finditer(flat):
+        add(int(m.group(1)), error="called MPI_Abort")
+    for line in text.splitlines():
+        m = _SRUN_TASK.search(line.strip())
+        if not m:
+            continue
+        host, what = m.group(1), m.group(3).strip()
+        code = re.fullmatch(r"Exited with exit code (\d+)", what)
+        for rank in _ranks(m.group(2)):
+            if code:
+                add(rank, host=host, exit_code=int(code.group(1)), error=f"exited with code {code.group(1)}")
+            elif what in _SIGNAL_BY_DESCRIPTION:
+                name = _SIGNAL_BY_DESCRIPTION[what].name
+                add(rank, host=host, signal=name, error=f"killed by {name}")
+            else:
+                add(rank, host=host, error=what)
+    for rank, record in found.items():
+        record["time"] = (seen_at or {}).get(rank, time.time())
+    return found
+
+
+def crash_report(log_text: str) -> tuple[str, str] | None:
+    """(summary, stack) from faulthandler's 'Fatal Python error' block in a rank's log, if any."""
+    matches = list(_FATAL_PYTHON.finditer(log_text))
+    if not matches:
+        return None
+    last = matches[-1]
+    return f"Fatal Python error: {last.group(1).strip()}", log_text[last.start():].strip()[:20000]
+
+
+def build_failure(*, state: str, reason: str, num_processes: int, rank_errors: list[dict],
+                  abort_requests: list[dict], launcher_failures: dict[int, dict], rank_states: list[dict],
+                  rank_logs: dict[int, str], launcher_exit_code: int | None, attempt: int,
+                  detail: str = "", launcher_tail: list[str] = ()) -> dict:
+    """The failure.json document (schema in the README)."""
+    failed: dict[int, dict] = {}
+    for rank, record in launcher_failures.items():
+        failed[rank] = dict(record)
+    for record in rank_errors:  # the rank's own record is more precise than the launcher's
+        merged = {**failed.get(record["rank"], {}), **{k: v for k, v in record.items() if v is not None}}
+        merged["source"] = "rank"
+        failed[record["rank"]] = merged
+    for request in abort_requests:
+        culprit = request.get("culprit")
+        if request.get("reason") == "left_early" and culprit is not None and culprit not in failed:
+            failed[culprit] = {"rank": culprit, "host": None, "exit_code": 0, "signal": None,
+                               "error": f"left main early: {request['message']}", "time": request["time"],
+                               "source": "watchdog"}
+    for rank, record in failed.items():
+        if not record.get("traceback") and rank in rank_logs:
+            crash = crash_report(rank_logs[rank])
+            if crash:
+                record["error"] = f"{record.get('error') or 'crashed'}; {crash[0]}"
+                record["traceback"] = crash[1]
+        record.setdefault("traceback", None)
+    ordered = sorted(failed.values(), key=lambda r: (r.get("time") or float("inf"), r["rank"]))
+    first = ordered[0] if ordered else None
+    torn_down = sorted(set(range(num_processes)) - set(failed))
+    if first is not None and reason in ("failed", "left_early"):
+        host = f" on {first['host']}" if first.get("host") else ""
+        summary = f"rank {first['rank']}{host} failed first: {first.get('error') or 'see its log'}"
+    else:
+        summary = detail or reason
+    document = {
+        "state": state, "reason": reason, "summary": summary, "attempt": attempt, "time": time.time(),
+        "first_failure": first, "failed_ranks": ordered, "torn_down_ranks": torn_down,
+        "launcher": {"exit_code": launcher_exit_code, "messages": list(launcher_tail)[-40:]},
+    }
+    if rank_states or reason in ("timeout", "collective_timeout", "cancelled"):
+        document["hang"] = hang_report(num_processes, rank_states, abort_requests)
+    return document
+
+
+def hang_report(num_processes: int, rank_states: list[dict], abort_requests: list[dict]) -> dict:
+    """Where every rank was when the job was stopped, and which ranks never reached the collective
+    the watchdog fired on."""
+    by_rank = {s["rank"]: s for s in rank_states}
+    watched = next((r["collective"] for r in abort_requests if r.get("reason") == "collective_timeout"), None)
+    ranks = []
+    for rank in range(num_processes):
+        state = by_rank.get(rank)
+        if state is None:
+            ranks.append({"rank": rank, "answered": False})
+            continue
+        waiting = state.get("waiting_in")
+        ranks.append({"rank": rank, "answered": True, "host": state.get("host"), "where": state.get("where"),
+                      "collective": None if waiting is None else f"{waiting['name']} #{waiting['seq']}",
+                      "waiting_seconds": None if waiting is None else waiting["seconds"],
+                      "collectives_started": state.get("collectives_started")})
+    report = {"ranks": ranks}
+    if watched is not None:
+        report["collective"] = watched
+        report["never_arrived"] = [r["rank"] for r in ranks
+                                   if r["answered"] and (r["collectives_started"] or 0) < watched["seq"]]
+    return report
+
+
+def hang_lines(hang: dict) -> list[str]:
+    """The compact report: one line per rank."""
+    lines = []
+    watched = hang.get("collective")
+    if watched is not None:
+        missing = ", ".join(map(str, hang.get("never_arrived", []))) or "none"
+        lines.append(f"collective watchdog: {watched['name']} #{watched['seq']} waited {watched['seconds']:.0f} s; "
+                     f"ranks that never arrived: {missing}")
+    for entry in hang["ranks"]:
+        if not entry["answered"]:
+            lines.append(f"  rank {entry['rank']}: did not answer (dead, or stuck in C code holding the GIL)")
+            continue
+        inside = (f"in {entry['collective']} for {entry['waiting_seconds']:.1f} s"
+                  if entry["collective"] else f"not in a collective ({entry['collectives_started']} started)")
+        lines.append(f"  rank {entry['rank']} ({entry['host']}): {inside}, at {entry['where']}")
+    return lines
+
+
+def summary_lines(failure: dict, run_path=None) -> list[str]:
+    """What every command shows of a failure.json: the root cause, the others, the hang report."""
+    lines = [f"{failure['state']}: {failure['summary']}"]
+    others = [r for r in failure.get("failed_ranks", [])[1:]]
+    for record in others:
+        lines.append(f"  also failed: rank {record['rank']}: {record.get('error') or 'see its log'}")
+    if failure.get("torn_down_ranks") and failure.get("first_failure"):
+        torn = failure["torn_down_ranks"]
+        lines.append(f"  stopped only because the job was torn down: rank{'s' if len(torn) > 1 else ''} "
+                     f"{', '.join(map(str, torn))}")
+    if "hang" in failure:
+        lines += hang_lines(failure["hang"])
+    if run_path is not None:
+        lines.append(f"  details: {run_path}/failure.json")
+    return lines

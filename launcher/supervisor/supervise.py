@@ -1,0 +1,283 @@
+"""One supervisor for every job: `jaxlaunch run` calls it in-process, and a Slurm batch script runs
+it as `python -m launcher.supervisor RUN_DIR -- LAUNCH...`, so local runs and Slurm jobs stop,
+report and restart the same way.
+
+For each attempt it starts the launcher (mpirun or srun) in a session of its own, streams its
+output, and watches for, whichever comes first:
+- the launcher exiting (success, or a rank failed and MPI brought the job down);
+- the job's `timeout` (exit code 124, with a hang report);
+- a rank asking for the job to stop (collective watchdog, a rank that left `main` early);
+- SIGTERM, SIGHUP or SIGINT to the supervisor (exit code 128 + signal).
+Before a stop it asks every rank for its stacks and state (control/stop.json, answered by each
+rank's monitor thread; see launcher/runtime/monitor.py), then ends the launcher's process group and
+any process of the job that is left on this machine. It writes failure.json and status.json, and
+restarts the whole job up to `max_restarts` times after a failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+
+from ..rundir import RunDirectory, atomic_write_json
+from ..runtime.bootstrap import ATTEMPT_ENV
+from ..spec import JobSpec
+from . import root_cause
+from .processes import kill_job_processes
+
+POLL_SECONDS = 0.1
+ANSWER_SECONDS = 3.0      # how long ranks get to dump their stacks before the job is ended
+TERMINATE_SECONDS = 5.0   # SIGTERM to the launcher's process group, then SIGKILL
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+
+EXIT_COMPLETED, EXIT_FAILED, EXIT_TIMEOUT = 0, 1, 124  # like coreutils' `timeout`
+# Why the supervisor stopped a job -> the job's state.
+STOP_STATES = {"timeout": "TIMEOUT", "collective_timeout": "TIMEOUT", "left_early": "FAILED",
+               "cancelled": "CANCELLED"}
+NO_RESTART = ("timeout", "cancelled")  # the job's time is spent, or the user asked to stop
+
+
+@dataclass
+class Outcome:
+    state: str
+    exit_code: int
+    failure: dict | None
+    attempts: int
+
+
+def exit_code_for(state: str, stop_signal: int | None = None) -> int:
+    if state == "COMPLETED":
+        return EXIT_COMPLETED
+    if state == "TIMEOUT":
+        return EXIT_TIMEOUT
+    if state == "CANCELLED":
+        return 128 + (stop_signal or signal.SIGTERM)
+    return EXIT_FAILED
+
+
+def _write_to_stderr(data: bytes) -> None:
+    stream = getattr(sys.stderr, "buffer", None)
+    if stream is not None:
+        stream.write(data)
+        stream.flush()
+    else:
+        sys.stderr.write(data.decode(errors="replace"))
+        sys.stderr.flush()
+
+
+class Supervisor:
+    def __init__(self, spec: JobSpec, run: RunDirectory, argv: list[str], env: dict[str, str],
+                 echo=print, write_output=_write_to_stderr):
+        self.spec, self.run, self.argv, self.env = spec, run, argv, env
+        self.echo, self.write_output = echo, write_output
+        self.stop_signal: int | None = None
+        self.deadline = None
+
+    # --- the whole job ---------------------------------------------------------------------
+
+    def supervise(self) -> Outcome:
+        started = time.time()
+        if self.spec.timeout:
+            self.deadline = time.monotonic() + self.spec.timeout
+        previous = self._install_signal_handlers()
+        try:
+            attempt = 0
+            while True:
+                self.run.update_status(state="RUNNING", attempts=attempt + 1, restarts=attempt,
+                                       started=started, attempt_started=time.time())
+                state, failure, stop_reason = self._attempt(attempt)
+                if state == "COMPLETED" or stop_reason in NO_RESTART or attempt >= self.spec.max_restarts:
+                    break
+                self.echo(f"jaxlaunch: attempt {attempt} {state}: {failure['summary']}")
+                self.echo(f"jaxlaunch: restarting the job ({attempt + 1} of {self.spec.max_restarts} restarts)")
+                self._archive_attempt(attempt)
+                attempt += 1
+        finally:
+            self._restore_signal_handlers(previous)
+        if state == "COMPLETED":
+            self.run.failure_file.unlink(missing_ok=True)
+        exit_code = exit_code_for(state, self.stop_signal)
+        self.run.update_status(state=state, exit_code=exit_code, ended=time.time(),
+                               reason=None if failure is None else failure["summary"])
+        return Outcome(state, exit_code, failure, attempt + 1)
+
+    def _install_signal_handlers(self):
+        if threading.current_thread() is not threading.main_thread():
+            return {}
+        previous = {}
+        for sig in STOP_SIGNALS:
+            previous[sig] = signal.signal(sig, self._on_signal)
+        return previous
+
+    @staticmethod
+    def _restore_signal_handlers(previous) -> None:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+    def _on_signal(self, signum, frame) -> None:
+        if self.stop_signal is None:
+            self.stop_signal = signum
+
+    def _archive_attempt(self, attempt: int) -> None:
+        """Move this attempt's logs and records to logs/attempt-K/, and clear control/."""
+        folder = self.run.logs / f"attempt-{attempt}"
+        folder.mkdir(parents=True, exist_ok=True)
+        for path in list(self.run.logs.iterdir()):
+            if path.is_file():
+                path.rename(folder / path.name)
+        if self.run.failure_file.exists():
+            self.run.failure_file.rename(folder / "failure.json")
+        shutil.rmtree(self.run.control, ignore_errors=True)
+
+    # --- one attempt -----------------------------------------------------------------------
+
+    def _attempt(self, attempt: int) -> tuple[str, dict | None, str | None]:
+        self.run.control.mkdir(parents=True, exist_ok=True)
+        self.run.logs.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, **self.env, ATTEMPT_ENV: str(attempt)}
+        process = subprocess.Popen(self.argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                   start_new_session=True)
+        launcher_lines: deque[str] = deque(maxlen=400)
+        first_launcher_line = []
+        reader = threading.Thread(target=self._forward_output, daemon=True,
+                                  args=(process, launcher_lines, first_launcher_line))
+        reader.start()
+        stop_reason, detail = None, ""
+        while process.poll() is None:
+            stop_reason, detail = self._why_stop()
+            if stop_reason is not None:
+                self._stop_job(process, stop_reason, detail, attempt)
+                break
+            time.sleep(POLL_SECONDS)
+        process.wait()
+        reader.join(timeout=5)
+        kill_job_processes(self.run.path)
+
+        dones = self.run.read_json_files(self.run.control, "done-rank-*.json")
+        if (stop_reason is None and process.returncode == 0 and self.run.result_file.exists()
+                and len(dones) == self.spec.num_processes):
+            return "COMPLETED", None, None
+        state = STOP_STATES.get(stop_reason, "FAILED")
+        failure = self._failure(state, stop_reason, detail, process.returncode, list(launcher_lines),
+                                first_launcher_line[0] if first_launcher_line else time.time(), attempt)
+        atomic_write_json(self.run.failure_file, failure)
+        return state, failure, stop_reason
+
+    def _forward_output(self, process, launcher_lines, first_launcher_line) -> None:
+        """Stream the launcher's output live; keep what mpirun/srun said themselves (lines that are
+        not a rank's) in logs/launcher.log for the root cause."""
+        with open(self.run.launcher_log, "ab") as log:
+            for line in iter(process.stdout.readline, b""):
+                line = line.replace(b"\0", b"")  # prterun ends its messages with a NUL byte
+                try:
+                    self.write_output(line)
+                except (OSError, ValueError):
+                    pass  # our console went away; the logs still have everything
+                if not line.startswith(b"[rank "):
+                    log.write(line)
+                    log.flush()
+                    if line.strip():
+                        first_launcher_line or first_launcher_line.append(time.time())
+                        launcher_lines.append(line.decode(errors="replace").rstrip("\n"))
+
+    def _why_stop(self) -> tuple[str | None, str]:
+        if self.stop_signal is not None:
+            return "cancelled", f"cancelled by {signal.Signals(self.stop_signal).name}"
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            return "timeout", f"timed out after {self.spec.timeout} s (the spec's timeout)"
+        requests = self.run.read_json_files(self.run.control, "abort-rank-*.json")
+        if requests:
+            first = min(requests, key=lambda r: r["time"])
+            return first["reason"], first["message"]
+        return None, ""
+
+    def _stop_job(self, process, reason: str, detail: str, attempt: int) -> None:
+        """Ask every rank for its stacks and state, wait briefly for the answers, then end the job."""
+        self.echo(f"jaxlaunch: stopping the job: {detail}; collecting every rank's stacks")
+        asked = time.time()
+        atomic_write_json(self.run.control / "stop.json", {"reason": reason, "detail": detail, "time": asked,
+                                                           "attempt": attempt})
+        deadline = time.monotonic() + ANSWER_SECONDS
+        while time.monotonic() < deadline and process.poll() is None:
+            answered = {s["rank"] for s in self.run.read_json_files(self.run.logs, "rank-*.state.json")
+                        if s.get("time", 0) >= asked}
+            # A rank that has left main cannot answer: its monitor thread ended with the interpreter.
+            answered |= {d["rank"] for d in self.run.read_json_files(self.run.control, "done-rank-*.json")}
+            if len(answered) >= self.spec.num_processes:
+                break
+            time.sleep(POLL_SECONDS)
+        self._terminate(process)
+
+    @staticmethod
+    def _terminate(process) -> None:
+        """SIGTERM the launcher's process group (mpirun then ends its ranks), SIGKILL after a grace."""
+        for sig, wait in ((signal.SIGTERM, TERMINATE_SECONDS), (signal.SIGKILL, None)):
+            try:
+                os.killpg(process.pid, sig)
+            except ProcessLookupError:
+                return
+            try:
+                process.wait(wait)
+                return
+            except subprocess.TimeoutExpired:
+                continue
+
+    def _failure(self, state, stop_reason, detail, returncode, launcher_lines, first_seen, attempt) -> dict:
+        # After a stop of our own, what the launcher says about ranks is our teardown, not a cause.
+        launcher_failures = {} if stop_reason else root_cause.parse_launcher_messages("\n".join(launcher_lines))
+        for record in launcher_failures.values():
+            record["time"] = first_seen
+        rank_errors = self.run.read_json_files(self.run.logs, "rank-*.error.json")
+        failed = set(launcher_failures) | {r["rank"] for r in rank_errors}
+        rank_logs = {}
+        for rank in failed:
+            try:
+                rank_logs[rank] = self.run.rank_log(rank).read_text(errors="replace")[-200_000:]
+            except OSError:
+                pass
+        reason = stop_reason or "failed"
+        if reason == "failed" and not failed:
+            detail = (f"the launcher exited with code {returncode} and no rank reported an error"
+                      if returncode else "the launcher exited without an error, but not every rank finished main "
+                                         "or rank 0 wrote no result")
+        return root_cause.build_failure(
+            state=state, reason=reason, num_processes=self.spec.num_processes, rank_errors=rank_errors,
+            abort_requests=self.run.read_json_files(self.run.control, "abort-rank-*.json"),
+            launcher_failures=launcher_failures,
+            rank_states=self.run.read_json_files(self.run.logs, "rank-*.state.json") if stop_reason else [],
+            rank_logs=rank_logs, launcher_exit_code=returncode, attempt=attempt, detail=detail,
+            launcher_tail=launcher_lines)
+
+
+def supervise(spec: JobSpec, run: RunDirectory, argv: list[str], env: dict[str, str], echo=print,
+              write_output=_write_to_stderr) -> Outcome:
+    """Run the job under supervision until it ends; see the module doc."""
+    return Supervisor(spec, run, argv, env, echo, write_output).supervise()
+
+
+def describe_outcome(spec: JobSpec, run: RunDirectory, outcome: Outcome, seconds: float) -> list[str]:
+    """What `jaxlaunch run` and the batch job print when the job ends."""
+    if outcome.state == "COMPLETED":
+        restarts = f" after {outcome.attempts - 1} restart(s)" if outcome.attempts > 1 else ""
+        return [f"jaxlaunch: job {spec.name} COMPLETED in {seconds:.1f} s{restarts}; result: {run.result_file}"]
+    lines = root_cause.summary_lines(outcome.failure, run.path)
+    lines[0] = f"jaxlaunch: job {spec.name} {lines[0]}"
+    lines.append(f"  logs: {run.logs}")
+    return lines
+
+
+def result_text(run: RunDirectory, limit: int = 100_000) -> str | None:
+    """result.json as one line of JSON, for stdout; None when there is none or it is too large."""
+    try:
+        text = run.result_file.read_text()
+    except FileNotFoundError:
+        return None
+    return json.dumps(json.loads(text)) if len(text) <= limit else None
