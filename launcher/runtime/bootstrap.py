@@ -10,11 +10,12 @@ import importlib
 import importlib.util
 import logging
 import os
-import socket
 import sys
 import time
 import traceback
 from pathlib import Path
+
+from .topology import node_name
 
 RUN_DIR_ENV = "JAXLAUNCH_RUN_DIR"
 # Set by the supervisor: 0 for the first attempt, 1 after the first restart, ...
@@ -43,8 +44,7 @@ def load_entrypoint(entrypoint: str):
 def start_jax_distributed(jax, comm, platform: str) -> None:
     """jax.distributed.initialize with its coordinator found through MPI: rank 0 picks a free
     port and broadcasts host:port (JAX 0.10 does not detect Open MPI 5's mpirun by itself)."""
-    import socket
-
+    
     address = None
     if comm.Get_rank() == 0:
         with socket.socket() as probe:
@@ -82,7 +82,7 @@ def _fail(comm, output, run, rank: int, exc: BaseException, exit_code: int = 1) 
             from ..rundir import atomic_write_json
 
             atomic_write_json(run.rank_error_record(rank), {
-                "rank": rank, "host": socket.gethostname(), "pid": os.getpid(), "time": time.time(),
+                "rank": rank, "host": node_name(os.environ), "pid": os.getpid(), "time": time.time(),
                 "exit_code": exit_code, "signal": None, "error": summary, "traceback": text,
                 "kind": "exit" if isinstance(exc, SystemExit) else "exception",
             })

@@ -29,11 +29,12 @@ import faulthandler
 import json
 import os
 import signal
-import socket
 import sys
 import threading
 import time
 from pathlib import Path
+
+from .topology import node_name
 
 POLL_SECONDS = 0.2
 # A rank waiting in a collective that a finished peer never joined is reported after this long;
@@ -139,7 +140,7 @@ class RankMonitor:
         self.run, self.rank, self.size = run, rank, size
         self.collective_timeout = collective_timeout
         self.tracker = tracker
-        self.host = socket.gethostname()
+        self.host = node_name(os.environ)
         self.main_thread = threading.main_thread().ident
         self.answered_stop = False
         self.requested_abort = False

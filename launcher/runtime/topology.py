@@ -40,6 +40,13 @@ def local_rank_from_env(env: Mapping[str, str]) -> tuple[int, int] | None:
     return None
 
 
+def node_name(env: Mapping[str, str]) -> str:
+    """The node's name as the scheduler knows it (Slurm's, which can differ from the hostname)."""
+    import socket
+
+    return env.get("SLURMD_NODENAME") or socket.gethostname()
+
+
 def node_index_from_local_ranks(rank: int, local_ranks: list[int]) -> tuple[int, int]:
     """(this rank's node index, number of nodes) from every rank's local rank.
 

@@ -47,44 +47,47 @@ def _ranks(text: str) -> list[int]:
     return ranks
 
 
-def parse_launcher_messages(text: str, seen_at: dict[int, float] | None = None) -> dict[int, dict]:
-    """{rank: record} for every rank mpirun or srun reports as failed, from their output."""
+def parse_launcher_messages(text: str) -> tuple[list[dict], bool]:
+    """(records, reports_every_task): every rank mpirun or srun reports as failed, in the order
+    they reported them. mpirun names only the rank that brought the job down; srun names every
+    task that ended with a non-zero code or a signal, the first one first (reports_every_task)."""
     flat = " ".join(text.split())
     found: dict[int, dict] = {}
 
-    def add(rank, **fields):
+    def add(rank, position, **fields):
         record = found.setdefault(rank, {"rank": rank, "host": None, "exit_code": None, "signal": None,
-                                         "error": None, "source": "launcher"})
+                                         "error": None, "source": "launcher", "position": position})
+        record["position"] = min(record["position"], position)
         record.update({k: v for k, v in fields.items() if v is not None})
 
     for m in _PRTE_SIGNAL.finditer(flat):
         number = int(m.group(3))
-        add(int(m.group(1)), host=m.group(2), signal=signal_name(number),
+        add(int(m.group(1)), m.start(), host=m.group(2), signal=signal_name(number),
             error=f"killed by {signal_name(number)}")
     for m in _PRTE_IMPROPER.finditer(flat):
-        add(int(m.group(1)), host=m.group(2),
+        add(int(m.group(1)), m.start(), host=m.group(2),
             error="exited without MPI_Finalize while the job was running (os._exit, or a crash outside Python)")
     for m in _PRTE_EXIT_CODE.finditer(flat):
-        add(int(m.group(1)), exit_code=int(m.group(2)), error=f"exited with code {m.group(2)}")
+        add(int(m.group(1)), m.start(), exit_code=int(m.group(2)), error=f"exited with code {m.group(2)}")
     for m in _MPI_ABORT.finditer(flat):
-        add(int(m.group(1)), error="called MPI_Abort")
-    for line in text.splitlines():
+        add(int(m.group(1)), m.start(), error="called MPI_Abort")
+    srun = False
+    for position, line in enumerate(text.splitlines()):
         m = _SRUN_TASK.search(line.strip())
         if not m:
             continue
+        srun = True
         host, what = m.group(1), m.group(3).strip()
         code = re.fullmatch(r"Exited with exit code (\d+)", what)
         for rank in _ranks(m.group(2)):
             if code:
-                add(rank, host=host, exit_code=int(code.group(1)), error=f"exited with code {code.group(1)}")
+                add(rank, position, host=host, exit_code=int(code.group(1)), error=f"exited with code {code.group(1)}")
             elif what in _SIGNAL_BY_DESCRIPTION:
                 name = _SIGNAL_BY_DESCRIPTION[what].name
-                add(rank, host=host, signal=name, error=f"killed by {name}")
+                add(rank, position, host=host, signal=name, error=f"killed by {name}")
             else:
-                add(rank, host=host, error=what)
-    for rank, record in found.items():
-        record["time"] = (seen_at or {}).get(rank, time.time())
-    return found
+                add(rank, position, host=host, error=what)
+    return sorted(found.values(), key=lambda r: r.pop("position")), srun
 
 
 def crash_report(log_text: str) -> tuple[str, str] | None:
@@ -97,23 +100,42 @@ def crash_report(log_text: str) -> tuple[str, str] | None:
 
 
 def build_failure(*, state: str, reason: str, num_processes: int, rank_errors: list[dict],
-                  abort_requests: list[dict], launcher_failures: dict[int, dict], rank_states: list[dict],
-                  rank_logs: dict[int, str], launcher_exit_code: int | None, attempt: int,
+                  abort_requests: list[dict], launcher_reports: list[dict], reports_every_task: bool,
+                  finished_ranks: set[int], started_ranks: set[int], rank_states: list[dict],
+                  rank_logs: dict[int, str], launcher_exit_code: int | None, attempt: int, seen_at: float,
                   detail: str = "", launcher_tail: list[str] = ()) -> dict:
-    """The failure.json document (schema in the README)."""
+    """The failure.json document (schema in the README).
+
+    Ranks that recorded their own error are failed, at the time they recorded it. Of the ranks
+    known only from the launcher's report, the first one reported is the cause when no rank
+    recorded anything; the later ones, and ranks reported after a rank's own error, were ended by
+    the teardown (srun reports those too). srun does not report a task that exited with code 0: a
+    started rank that neither finished `main` nor appears anywhere left early (os._exit(0)).
+    """
     failed: dict[int, dict] = {}
-    for rank, record in launcher_failures.items():
-        failed[rank] = dict(record)
-    for record in rank_errors:  # the rank's own record is more precise than the launcher's
-        merged = {**failed.get(record["rank"], {}), **{k: v for k, v in record.items() if v is not None}}
-        merged["source"] = "rank"
-        failed[record["rank"]] = merged
+    for record in rank_errors:
+        failed[record["rank"]] = {**record, "source": "rank"}
     for request in abort_requests:
         culprit = request.get("culprit")
         if request.get("reason") == "left_early" and culprit is not None and culprit not in failed:
             failed[culprit] = {"rank": culprit, "host": None, "exit_code": 0, "signal": None,
                                "error": f"left main early: {request['message']}", "time": request["time"],
                                "source": "watchdog"}
+    reported = {r["rank"] for r in launcher_reports}
+    if reports_every_task and not failed:
+        for rank in sorted(started_ranks - finished_ranks - reported):
+            failed[rank] = {"rank": rank, "host": None, "exit_code": 0, "signal": None,
+                            "error": "exited with code 0 before the job ended (os._exit(0), or main returned "
+                                     "while the others still ran)", "time": seen_at, "source": "launcher"}
+            break
+    launcher_only = [r for r in launcher_reports if r["rank"] not in failed]
+    if not failed and launcher_only:
+        failed[launcher_only[0]["rank"]] = {**launcher_only[0], "time": seen_at}
+    for record in launcher_reports:  # the launcher may know the exit code or signal of a rank's own failure
+        if record["rank"] in failed:
+            for key in ("exit_code", "signal", "host"):
+                if failed[record["rank"]].get(key) is None and record.get(key) is not None:
+                    failed[record["rank"]][key] = record[key]
     for rank, record in failed.items():
         if not record.get("traceback") and rank in rank_logs:
             crash = crash_report(rank_logs[rank])

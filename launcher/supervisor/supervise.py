@@ -232,29 +232,30 @@ class Supervisor:
 
     def _failure(self, state, stop_reason, detail, returncode, launcher_lines, first_seen, attempt) -> dict:
         # After a stop of our own, what the launcher says about ranks is our teardown, not a cause.
-        launcher_failures = {} if stop_reason else root_cause.parse_launcher_messages("\n".join(launcher_lines))
-        for record in launcher_failures.values():
-            record["time"] = first_seen
+        reports, every_task = ([], False) if stop_reason else root_cause.parse_launcher_messages(
+            "\n".join(launcher_lines))
         rank_errors = self.run.read_json_files(self.run.logs, "rank-*.error.json")
-        failed = set(launcher_failures) | {r["rank"] for r in rank_errors}
+        finished = {d["rank"] for d in self.run.read_json_files(self.run.control, "done-rank-*.json")}
+        started = {r for r in range(self.spec.num_processes) if self.run.rank_log(r).exists()}
         rank_logs = {}
-        for rank in failed:
+        for rank in {r["rank"] for r in reports} | {r["rank"] for r in rank_errors}:
             try:
                 rank_logs[rank] = self.run.rank_log(rank).read_text(errors="replace")[-200_000:]
             except OSError:
                 pass
         reason = stop_reason or "failed"
-        if reason == "failed" and not failed:
+        if reason == "failed" and not reports and not rank_errors:
             detail = (f"the launcher exited with code {returncode} and no rank reported an error"
                       if returncode else "the launcher exited without an error, but not every rank finished main "
                                          "or rank 0 wrote no result")
         return root_cause.build_failure(
             state=state, reason=reason, num_processes=self.spec.num_processes, rank_errors=rank_errors,
             abort_requests=self.run.read_json_files(self.run.control, "abort-rank-*.json"),
-            launcher_failures=launcher_failures,
+            launcher_reports=reports, reports_every_task=every_task, finished_ranks=finished,
+            started_ranks=started,
             rank_states=self.run.read_json_files(self.run.logs, "rank-*.state.json") if stop_reason else [],
-            rank_logs=rank_logs, launcher_exit_code=returncode, attempt=attempt, detail=detail,
-            launcher_tail=launcher_lines)
+            rank_logs=rank_logs, launcher_exit_code=returncode, attempt=attempt, seen_at=first_seen,
+            detail=detail, launcher_tail=launcher_lines)
 
 
 def supervise(spec: JobSpec, run: RunDirectory, argv: list[str], env: dict[str, str], echo=print,
