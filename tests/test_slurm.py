@@ -121,3 +121,71 @@ def test_unknown_job_id(slurm_env):
     result = jaxlaunch("logs", "999999", env=slurm_env)
     assert result.returncode == 2
     assert result.stderr.startswith("Error: no run directory known for job 999999")
+
+
+# --- supervision inside the batch job -------------------------------------------------------
+
+from supervision_helpers import FAIL_FAST, assert_no_process_survives, assert_root_cause, misbehave  # noqa: E402
+
+MISBEHAVE = TEST_JOBS / "misbehave.yaml"
+
+
+@pytest.mark.parametrize("launch", ["mpirun", "srun"])
+@pytest.mark.parametrize("how", sorted(FAIL_FAST))
+def test_fail_fast_matrix_on_slurm(slurm_env, tmp_path, launch, how):
+    """As locally: rank 1 (on node2) fails while rank 0 waits in allreduce; the batch job's
+    supervisor writes failure.json, and --wait shows the root cause."""
+    run_dir = tmp_path / "run"
+    exe = jaxlaunch_path()
+    process = subprocess.Popen([exe, "submit", str(MISBEHAVE), "--wait", "--run-dir", str(run_dir),
+                                "--set", f"params.how={how}", "--set", "nodes=2", "--set", "processes_per_node=1",
+                                "--set", f"slurm.launch={launch}"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=slurm_env)
+    failed_at = misbehave(run_dir, how, timeout=120)
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 1, err
+    status = json.loads((run_dir / "status.json").read_text())
+    assert status["state"] == "FAILED" and status["ended"] - failed_at < 10, (status, failed_at)
+    assert_no_process_survives(run_dir, within=10)
+    failure = assert_root_cause(run_dir, how)
+    assert f"FAILED: rank 1 on {failure['first_failure']['host']} failed first" in err
+    if how in ("raise", "exit3"):
+        assert failure["first_failure"]["host"] == "node2"
+
+
+def jaxlaunch_path():
+    import os
+    import sys
+    return os.path.join(os.path.dirname(sys.executable), "jaxlaunch")
+
+
+def test_timeout_is_enforced_inside_the_batch_job_with_a_hang_report(slurm_env, tmp_path):
+    """timeout=10 s stops the job at 10 s (Slurm's own limit would be a whole minute later),
+    with every rank's stacks and the one-line-per-rank report."""
+    run_dir = tmp_path / "run"
+    result = jaxlaunch("submit", MISBEHAVE, "--wait", "--run-dir", run_dir, "--set", "params.how=hang",
+                       "--set", "timeout=10", "--set", "nodes=2", "--set", "processes_per_node=1",
+                       env=slurm_env, timeout=180)
+    assert result.returncode == 1, result.stderr
+    status = json.loads((run_dir / "status.json").read_text())
+    assert status["state"] == "TIMEOUT" and status["exit_code"] == 124
+    assert status["ended"] - status["started"] < 20
+    assert "TIMEOUT: timed out after 10 s" in result.stderr
+    assert "in allreduce #2" in result.stderr and "stuck_outside_collectives" in result.stderr
+    job_id = result.stdout.split()[2].rstrip(";")
+    shown = run_ok("status", job_id, env=slurm_env).stdout
+    assert shown.splitlines()[2].split()[1] == "TIMEOUT"
+    assert f"job {job_id} TIMEOUT: timed out after 10 s" in shown
+    logs = jaxlaunch("logs", job_id, env=slurm_env)
+    assert "jaxlaunch: stacks of rank" in (run_dir / "logs" / "rank-1.log").read_text()
+    assert "TIMEOUT: timed out after 10 s" in logs.stderr
+
+
+def test_status_of_a_failed_job_names_the_rank(slurm_env, tmp_path):
+    run_dir = tmp_path / "run"
+    result = jaxlaunch("submit", MISBEHAVE, "--wait", "--run-dir", run_dir, "--set", "nodes=2",
+                       "--set", "processes_per_node=1", env=slurm_env, timeout=180)
+    assert result.returncode == 1
+    job_id = result.stdout.split()[2].rstrip(";")
+    shown = run_ok("status", job_id, env=slurm_env).stdout
+    assert f"job {job_id} FAILED: rank 1 on node2 failed first: RuntimeError: rank 1 failed on purpose" in shown

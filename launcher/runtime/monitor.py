@@ -154,6 +154,10 @@ class RankMonitor:
         self._dump_fd = os.open(self.run.rank_log(self.rank), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         faulthandler.enable(file=self._dump_fd, all_threads=True)
         faulthandler.register(DUMP_SIGNAL, file=self._dump_fd, all_threads=True, chain=False)
+        from ..rundir import atomic_write_json
+
+        atomic_write_json(self.run.control / f"started-rank-{self.rank}.json",
+                          {"rank": self.rank, "host": self.host, "pid": os.getpid(), "time": time.time()})
         self._thread = threading.Thread(target=self._loop, name="jaxlaunch-monitor", daemon=True)
         self._thread.start()
         return self

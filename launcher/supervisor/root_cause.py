@@ -20,15 +20,22 @@ import time
 # What the launchers print, whitespace-normalised (prterun wraps its lines).
 _PRTE_SIGNAL = re.compile(r"process rank (\d+) with PID \d+ on node (\S+) exited on signal (\d+)")
 _PRTE_IMPROPER = re.compile(r"process rank (\d+) with PID \d+ on node (\S+) exiting improperly")
+_PRTE_CALLED_ABORT = re.compile(r"process rank (\d+) with PID \d+ on node (\S+) calling \"?abort")
+_PEER_LOST = re.compile(r"peer process has unexpectedly disconnected.*?Peer host: (\S+)")
 _PRTE_EXIT_CODE = re.compile(r"Process name: \[[^\]]*?,(\d+)\] Exit code: (\d+)")
 _MPI_ABORT = re.compile(r"MPI_ABORT was invoked on rank (\d+)")
 _SRUN_TASK = re.compile(r"srun: error: (\S+): tasks? ([\d,\-]+): (.+?)(?: \(core dumped\))?$")
 _FATAL_PYTHON = re.compile(r"^Fatal Python error: (.+)$", re.MULTILINE)
 
 _SIGNAL_BY_DESCRIPTION = {"Killed": signals.SIGKILL, "Segmentation fault": signals.SIGSEGV,
+                          "Floating-point exception": signals.SIGFPE,
                           "Aborted": signals.SIGABRT, "Bus error": signals.SIGBUS,
                           "Floating point exception": signals.SIGFPE, "Terminated": signals.SIGTERM,
                           "Illegal instruction": signals.SIGILL}
+
+
+VANISHED = ("vanished without a trace before the job ended: os._exit(), SIGKILL (e.g. from the out-of-memory "
+            "killer), or main returned while the others still ran")
 
 
 def signal_name(number: int) -> str:
@@ -71,6 +78,12 @@ def parse_launcher_messages(text: str) -> tuple[list[dict], bool]:
         add(int(m.group(1)), m.start(), exit_code=int(m.group(2)), error=f"exited with code {m.group(2)}")
     for m in _MPI_ABORT.finditer(flat):
         add(int(m.group(1)), m.start(), error="called MPI_Abort")
+    lost = _PEER_LOST.search(flat)
+    for m in _PRTE_CALLED_ABORT.finditer(flat):
+        # A rank whose MPI library aborted because a peer vanished is a victim, not the cause.
+        add(int(m.group(1)), m.start(), host=m.group(2), error="called MPI_Abort" + (
+            f" after losing its connection to a peer on {lost.group(1)}" if lost else ""),
+            lost_peer_host=lost.group(1) if lost else None)
     srun = False
     for position, line in enumerate(text.splitlines()):
         m = _SRUN_TASK.search(line.strip())
@@ -101,16 +114,19 @@ def crash_report(log_text: str) -> tuple[str, str] | None:
 
 def build_failure(*, state: str, reason: str, num_processes: int, rank_errors: list[dict],
                   abort_requests: list[dict], launcher_reports: list[dict], reports_every_task: bool,
-                  finished_ranks: set[int], started_ranks: set[int], rank_states: list[dict],
-                  rank_logs: dict[int, str], launcher_exit_code: int | None, attempt: int, seen_at: float,
+                  finished_ranks: set[int], started_ranks: dict[int, str], rank_states: list[dict],
+                  log_tail, launcher_exit_code: int | None, attempt: int, seen_at: float,
                   detail: str = "", launcher_tail: list[str] = ()) -> dict:
     """The failure.json document (schema in the README).
 
     Ranks that recorded their own error are failed, at the time they recorded it. Of the ranks
     known only from the launcher's report, the first one reported is the cause when no rank
     recorded anything; the later ones, and ranks reported after a rank's own error, were ended by
-    the teardown (srun reports those too). srun does not report a task that exited with code 0: a
-    started rank that neither finished `main` nor appears anywhere left early (os._exit(0)).
+    the teardown (srun reports those too). A rank that vanished (started, did not finish `main`,
+    recorded nothing, and the launcher does not name it) exited early with code 0 (os._exit(0)):
+    srun never reports such a task, and mpirun may name instead the peer whose MPI library lost
+    its connection to it. `started_ranks` maps each started rank to its host; `log_tail(rank)` gives
+    the end of a rank's log, where faulthandler reports a crash in C.
     """
     failed: dict[int, dict] = {}
     for record in rank_errors:
@@ -121,13 +137,17 @@ def build_failure(*, state: str, reason: str, num_processes: int, rank_errors: l
             failed[culprit] = {"rank": culprit, "host": None, "exit_code": 0, "signal": None,
                                "error": f"left main early: {request['message']}", "time": request["time"],
                                "source": "watchdog"}
+    lost_hosts = {r["lost_peer_host"] for r in launcher_reports if r.get("lost_peer_host")}
+    only_victims = bool(launcher_reports) and all(r.get("lost_peer_host") for r in launcher_reports)
+    launcher_reports = [{k: v for k, v in r.items() if k != "lost_peer_host"} for r in launcher_reports]
     reported = {r["rank"] for r in launcher_reports}
-    if reports_every_task and not failed:
-        for rank in sorted(started_ranks - finished_ranks - reported):
-            failed[rank] = {"rank": rank, "host": None, "exit_code": 0, "signal": None,
-                            "error": "exited with code 0 before the job ended (os._exit(0), or main returned "
-                                     "while the others still ran)", "time": seen_at, "source": "launcher"}
-            break
+    vanished = sorted(set(started_ranks) - finished_ranks - reported - set(failed))
+    if vanished and not failed and (reports_every_task or only_victims):
+        on_lost_host = [r for r in vanished if started_ranks[r] in lost_hosts]
+        rank = (on_lost_host or vanished)[0]
+        failed[rank] = {"rank": rank, "host": started_ranks[rank], "exit_code": 0, "signal": None,
+                        "error": VANISHED, "time": seen_at - 1e-3,
+                        "source": "launcher"}
     launcher_only = [r for r in launcher_reports if r["rank"] not in failed]
     if not failed and launcher_only:
         failed[launcher_only[0]["rank"]] = {**launcher_only[0], "time": seen_at}
@@ -137,11 +157,16 @@ def build_failure(*, state: str, reason: str, num_processes: int, rank_errors: l
                 if failed[record["rank"]].get(key) is None and record.get(key) is not None:
                     failed[record["rank"]][key] = record[key]
     for rank, record in failed.items():
-        if not record.get("traceback") and rank in rank_logs:
-            crash = crash_report(rank_logs[rank])
+        if not record.get("traceback"):
+            crash = crash_report(log_tail(rank))
             if crash:
+                if record.get("error") == VANISHED:
+                    record["error"] = "crashed"
                 record["error"] = f"{record.get('error') or 'crashed'}; {crash[0]}"
                 record["traceback"] = crash[1]
+                if record.get("signal") is None:
+                    described = crash[0].removeprefix("Fatal Python error: ")
+                    record["signal"] = getattr(_SIGNAL_BY_DESCRIPTION.get(described), "name", None)
         record.setdefault("traceback", None)
     ordered = sorted(failed.values(), key=lambda r: (r.get("time") or float("inf"), r["rank"]))
     first = ordered[0] if ordered else None

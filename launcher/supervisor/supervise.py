@@ -158,6 +158,10 @@ class Supervisor:
                 break
             time.sleep(POLL_SECONDS)
         process.wait()
+        if stop_reason is None and self.stop_signal is not None:
+            # The signal reached the launcher too (scancel signals every process of the job) and
+            # it ended before our loop saw the signal: still a cancellation, not a failure.
+            stop_reason, detail = self._why_stop()
         reader.join(timeout=5)
         kill_job_processes(self.run.path)
 
@@ -230,19 +234,21 @@ class Supervisor:
             except subprocess.TimeoutExpired:
                 continue
 
+    def _log_tail(self, rank: int, size: int = 200_000) -> str:
+        try:
+            with open(self.run.rank_log(rank), "rb") as log:
+                log.seek(max(0, log.seek(0, os.SEEK_END) - size))
+                return log.read().decode(errors="replace")
+        except OSError:
+            return ""
+
     def _failure(self, state, stop_reason, detail, returncode, launcher_lines, first_seen, attempt) -> dict:
         # After a stop of our own, what the launcher says about ranks is our teardown, not a cause.
         reports, every_task = ([], False) if stop_reason else root_cause.parse_launcher_messages(
             "\n".join(launcher_lines))
         rank_errors = self.run.read_json_files(self.run.logs, "rank-*.error.json")
         finished = {d["rank"] for d in self.run.read_json_files(self.run.control, "done-rank-*.json")}
-        started = {r for r in range(self.spec.num_processes) if self.run.rank_log(r).exists()}
-        rank_logs = {}
-        for rank in {r["rank"] for r in reports} | {r["rank"] for r in rank_errors}:
-            try:
-                rank_logs[rank] = self.run.rank_log(rank).read_text(errors="replace")[-200_000:]
-            except OSError:
-                pass
+        started = {r["rank"]: r["host"] for r in self.run.read_json_files(self.run.control, "started-rank-*.json")}
         reason = stop_reason or "failed"
         if reason == "failed" and not reports and not rank_errors:
             detail = (f"the launcher exited with code {returncode} and no rank reported an error"
@@ -254,7 +260,7 @@ class Supervisor:
             launcher_reports=reports, reports_every_task=every_task, finished_ranks=finished,
             started_ranks=started,
             rank_states=self.run.read_json_files(self.run.logs, "rank-*.state.json") if stop_reason else [],
-            rank_logs=rank_logs, launcher_exit_code=returncode, attempt=attempt, seen_at=first_seen,
+            log_tail=self._log_tail, launcher_exit_code=returncode, attempt=attempt, seen_at=first_seen,
             detail=detail, launcher_tail=launcher_lines)
 
 

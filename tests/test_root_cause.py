@@ -1,0 +1,108 @@
+"""failure.json from what mpirun and srun really print (texts captured on the local cluster)."""
+
+from launcher.supervisor import root_cause
+
+PRTE_SIGNAL = """--------------------------------------------------------------------------
+prterun noticed that process rank 1 with PID 3790 on node vm exited on
+signal 9 (Killed).
+--------------------------------------------------------------------------"""
+PRTE_EXIT_CODE = """prterun detected that one or more processes exited with non-zero status,
+thus causing the job to be terminated. The first process to do so was:
+   Process name: [prterun-vm-3769@1,1]
+   Exit code:    3"""
+PRTE_IMPROPER = """prterun has exited due to process rank 1 with PID 3756 on node vm exiting
+improperly. There are three reasons this could occur:"""
+PRTE_PEER_LOST = """An MPI communication peer process has unexpectedly disconnected.  This
+usually indicates a failure in the peer process (e.g., a crash or
+  Local host: node1
+  Local PID:  15383
+  Peer host:  node2
+--------------------------------------------------------------------------
+prterun has exited due to process rank 0 with PID 0 on node node1 calling
+"abort". This may have caused other processes in the application to be"""
+SRUN_EXIT3 = """srun: Job step aborted: Waiting up to 4 seconds for job step to finish.
+slurmstepd-node1: error: *** STEP 6.0 ON node1 CANCELLED AT 2026-11-22T14:16:48 ***
+srun: error: node2: task 1: Exited with exit code 3
+srun: launch/slurm: _step_signal: Terminating StepId=6.0
+srun: error: node1: task 0: Killed"""
+SRUN_SEGFAULT = """srun: error: node2: task 1: Segmentation fault (core dumped)
+srun: error: node1: tasks 0,2-3: Exited with exit code 14"""
+
+
+def build(reports, every_task, **kw):
+    args = dict(state="FAILED", reason="failed", num_processes=2, rank_errors=[], abort_requests=[],
+                launcher_reports=reports, reports_every_task=every_task, finished_ranks=set(),
+                started_ranks={0: "node1", 1: "node2"}, rank_states=[], log_tail=lambda rank: "",
+                launcher_exit_code=1, attempt=0, seen_at=100.0)
+    return root_cause.build_failure(**{**args, **kw})
+
+
+def test_prte_signal_exit_code_and_improper_exit():
+    (killed,), every = root_cause.parse_launcher_messages(PRTE_SIGNAL)
+    assert not every
+    assert killed == {"rank": 1, "host": "vm", "exit_code": None, "signal": "SIGKILL", "error": "killed by SIGKILL",
+                      "source": "launcher"}
+    (exited,), _ = root_cause.parse_launcher_messages(PRTE_EXIT_CODE)
+    assert (exited["rank"], exited["exit_code"]) == (1, 3)
+    (improper,), _ = root_cause.parse_launcher_messages(PRTE_IMPROPER)
+    assert improper["rank"] == 1 and "without MPI_Finalize" in improper["error"]
+
+
+def test_srun_reports_in_order_and_the_first_is_the_cause():
+    reports, every = root_cause.parse_launcher_messages(SRUN_EXIT3)
+    assert every and [(r["rank"], r["exit_code"], r["signal"]) for r in reports] == [(1, 3, None), (0, None, "SIGKILL")]
+    failure = build(reports, every)
+    assert failure["first_failure"]["rank"] == 1 and failure["torn_down_ranks"] == [0]
+    assert failure["summary"] == "rank 1 on node2 failed first: exited with code 3"
+    reports, _ = root_cause.parse_launcher_messages(SRUN_SEGFAULT)
+    assert [r["rank"] for r in reports] == [1, 0, 2, 3] and reports[0]["signal"] == "SIGSEGV"
+
+
+def test_a_rank_that_vanished_under_srun_is_the_cause():
+    reports, every = root_cause.parse_launcher_messages("srun: error: node1: task 0: Exited with exit code 14")
+    failure = build(reports, every)
+    assert failure["first_failure"]["rank"] == 1 and failure["first_failure"]["error"].startswith("vanished")
+    assert failure["torn_down_ranks"] == [0]
+
+
+def test_the_peer_of_a_lost_connection_is_the_cause_not_the_rank_mpirun_names():
+    reports, every = root_cause.parse_launcher_messages(PRTE_PEER_LOST)
+    assert reports[0]["rank"] == 0
+    failure = build(reports, every)
+    assert failure["first_failure"]["rank"] == 1 and failure["first_failure"]["host"] == "node2"
+    crashed = build(reports, every, log_tail=lambda rank: "Fatal Python error: Segmentation fault\n\nThread 0x1" if rank == 1 else "")
+    assert crashed["first_failure"]["signal"] == "SIGSEGV"
+    assert "Fatal Python error: Segmentation fault" in crashed["first_failure"]["error"]
+
+
+def test_own_record_wins_and_launcher_reports_after_it_are_teardown():
+    reports, every = root_cause.parse_launcher_messages(SRUN_EXIT3)
+    own = {"rank": 1, "host": "node2", "time": 50.0, "exit_code": 3, "signal": None, "traceback": "Traceback...",
+           "error": "SystemExit: sys.exit(3) called"}
+    failure = build(reports, every, rank_errors=[own])
+    assert [r["rank"] for r in failure["failed_ranks"]] == [1]
+    assert failure["summary"] == "rank 1 on node2 failed first: SystemExit: sys.exit(3) called"
+
+
+def test_first_failure_is_the_earliest_and_others_are_listed():
+    errors = [{"rank": 1, "host": "b", "time": 20.0, "error": "B: late"},
+              {"rank": 0, "host": "a", "time": 10.0, "error": "A: early"}]
+    failure = build([], False, rank_errors=errors, num_processes=3)
+    assert failure["first_failure"]["rank"] == 0 and failure["torn_down_ranks"] == [2]
+    lines = root_cause.summary_lines(failure)
+    assert lines == ["FAILED: rank 0 on a failed first: A: early", "  also failed: rank 1: B: late",
+                     "  stopped only because the job was torn down: rank 2"]
+
+
+def test_hang_report_names_ranks_that_never_arrived():
+    states = [{"rank": 0, "host": "a", "where": "job.py:3 in f", "collectives_started": 7,
+               "waiting_in": {"seq": 7, "name": "allreduce", "seconds": 31.0}},
+              {"rank": 1, "host": "b", "where": "job.py:9 in g", "collectives_started": 6, "waiting_in": None}]
+    request = {"reason": "collective_timeout", "collective": {"seq": 7, "name": "allreduce", "seconds": 30.2}}
+    hang = root_cause.hang_report(3, states, [request])
+    assert hang["never_arrived"] == [1]
+    assert root_cause.hang_lines(hang) == [
+        "collective watchdog: allreduce #7 waited 30 s; ranks that never arrived: 1",
+        "  rank 0 (a): in allreduce #7 for 31.0 s, at job.py:3 in f",
+        "  rank 1 (b): not in a collective (6 started), at job.py:9 in g",
+        "  rank 2: did not answer (dead, or stuck in C code holding the GIL)"]
