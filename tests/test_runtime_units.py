@@ -122,3 +122,28 @@ def test_load_entrypoint_from_file_and_module(tmp_path, monkeypatch):
     assert load_entrypoint("helper:VALUE") == 41
     with pytest.raises(AttributeError, match="has no function 'nope'"):
         load_entrypoint(f"{tmp_path}/job.py:nope")
+
+
+class TestBootstrapPieces:
+    def test_devices_are_bound_by_local_rank_not_global_rank(self):
+        from types import SimpleNamespace
+
+        from launcher.runtime.bootstrap import setup_devices
+        from launcher.runtime.topology import Topology
+
+        spec = SimpleNamespace(platform="gpu", devices_per_process=2)
+        topology = Topology(rank=5, size=8, local_rank=1, local_size=4, node_index=1, num_nodes=2)
+        assert setup_devices(spec, topology, {})["CUDA_VISIBLE_DEVICES"] == "2,3"
+
+    def test_exception_summary_is_the_exception_not_a_note(self):
+        from launcher.runtime.bootstrap import exception_summary
+
+        error = TypeError("shapes do not match\nsecond line")
+        error.add_note("For simplicity, JAX has removed its internal frames from the traceback")
+        assert exception_summary(error) == "TypeError: shapes do not match"
+        assert exception_summary(SystemExit(3)) == "SystemExit: sys.exit(3) called"
+
+        class Custom(Exception):
+            pass
+        Custom.__module__ = "jaxlaunch_job_train"
+        assert exception_summary(Custom()) == "train.Custom"

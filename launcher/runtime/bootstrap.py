@@ -18,6 +18,7 @@ from pathlib import Path
 from .topology import node_name
 
 RUN_DIR_ENV = "JAXLAUNCH_RUN_DIR"
+JOB_MODULE_PREFIX = "jaxlaunch_job_"  # job files are imported as modules named jaxlaunch_job_<stem>
 # Set by the supervisor: 0 for the first attempt, 1 after the first restart, ...
 ATTEMPT_ENV = "JAXLAUNCH_ATTEMPT"
 
@@ -28,7 +29,7 @@ def load_entrypoint(entrypoint: str):
     if target.endswith(".py"):
         path = Path(target)
         sys.path.insert(0, str(path.parent))  # let the job import its sibling modules
-        spec = importlib.util.spec_from_file_location(f"jaxlaunch_job_{path.stem}", path)
+        spec = importlib.util.spec_from_file_location(f"{JOB_MODULE_PREFIX}{path.stem}", path)
         module = importlib.util.module_from_spec(spec)
         sys.modules[spec.name] = module
         spec.loader.exec_module(module)
@@ -44,6 +45,7 @@ def load_entrypoint(entrypoint: str):
 def start_jax_distributed(jax, comm, platform: str) -> None:
     """jax.distributed.initialize with its coordinator found through MPI: rank 0 picks a free
     port and broadcasts host:port (JAX 0.10 does not detect Open MPI 5's mpirun by itself)."""
+    import socket
     
     address = None
     if comm.Get_rank() == 0:
@@ -64,7 +66,8 @@ def exception_summary(exc: BaseException) -> str:
     if isinstance(exc, SystemExit):
         return f"SystemExit: sys.exit({exc.code!r}) called"
     kind = type(exc)
-    name = kind.__qualname__ if kind.__module__ in ("builtins", "__main__") else f"{kind.__module__}.{kind.__qualname__}"
+    module = kind.__module__.removeprefix(JOB_MODULE_PREFIX)  # a job file's module: its file name
+    name = kind.__qualname__ if module in ("builtins", "__main__") else f"{module}.{kind.__qualname__}"
     message = str(exc).strip().splitlines()
     return f"{name}: {message[0]}" if message else name
 
