@@ -143,7 +143,5 @@ class TestBootstrapPieces:
         assert exception_summary(error) == "TypeError: shapes do not match"
         assert exception_summary(SystemExit(3)) == "SystemExit: sys.exit(3) called"
 
-        class Custom(Exception):
-            pass
-        Custom.__module__ = "jaxlaunch_job_train"
+        Custom = type("Custom", (Exception,), {"__module__": "jaxlaunch_job_train"})
         assert exception_summary(Custom()) == "train.Custom"
