@@ -145,3 +145,56 @@ class TestBootstrapPieces:
 
         Custom = type("Custom", (Exception,), {"__module__": "jaxlaunch_job_train"})
         assert exception_summary(Custom()) == "train.Custom"
+
+
+class TestCollectiveTracker:
+    class Output:
+        def __init__(self, ready=False):
+            self.ready = ready
+
+        def is_ready(self):
+            return self.ready
+
+    def test_pending_until_the_latest_output_is_ready(self):
+        from launcher.runtime.monitor import CollectiveTracker
+
+        tracker = CollectiveTracker()
+        assert tracker.oldest_waiting() is None
+        first = self.Output()
+        tracker.dispatched(tracker.start("allreduce"), "allreduce", first)
+        second = self.Output()
+        tracker.dispatched(tracker.start("broadcast"), "broadcast", second)
+        seq, name, waited = tracker.oldest_waiting()
+        assert (seq, name) == (1, "allreduce") and waited < 1
+        first.ready = second.ready = True
+        tracker.observe()
+        assert tracker.oldest_waiting() is None and tracker.completed() == 2
+
+    def test_blocking_call_is_pending_between_enter_and_leave(self):
+        from launcher.runtime.monitor import CollectiveTracker
+
+        tracker = CollectiveTracker()
+        seq = tracker.start("barrier")
+        tracker.enter(seq, "barrier")
+        assert tracker.oldest_waiting()[:2] == (1, "barrier")
+        tracker.leave()
+        assert tracker.oldest_waiting() is None
+
+    def test_a_busy_stream_of_collectives_does_not_look_like_a_hang(self, monkeypatch):
+        import launcher.runtime.monitor as monitor
+
+        clock = [0.0]
+        monkeypatch.setattr(monitor.time, "monotonic", lambda: clock[0])
+        tracker = monitor.CollectiveTracker()
+        outputs = []
+        for poll in range(50):  # each poll: 10 new collectives; the ones seen at the last poll are done
+            for output in outputs:
+                output.ready = True
+            outputs = []
+            for _ in range(10):
+                outputs.append(self.Output())
+                tracker.dispatched(tracker.start("allreduce"), "allreduce", outputs[-1])
+            clock[0] += 0.2
+            assert tracker.oldest_waiting()[2] <= 0.4
+        clock[0] += 30  # then nothing finishes any more: a hang
+        assert tracker.oldest_waiting()[2] >= 30

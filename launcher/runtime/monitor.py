@@ -18,8 +18,8 @@ holds the GIL cannot answer; the supervisor then reports it as not answering. fa
 crashes (SIGSEGV, SIGABRT, ...) in C, and SIGQUIT dumps every thread's stack on demand
 (`kill -QUIT PID`, as the JVM does), both straight into the rank's log file.
 
-The hot path is `TRACKER.dispatched(...)`/`enter`/`leave` in every launcher collective: a counter,
-a clock read and an append, well under a microsecond.
+The hot path is `TRACKER.start`/`dispatched` in every launcher collective: a counter, a list store
+and an attribute store (blocking mpi4py calls also read the clock).
 """
 
 from __future__ import annotations
@@ -46,24 +46,33 @@ DUMP_SIGNAL = signal.SIGQUIT
 class CollectiveTracker:
     """Which launcher collectives this rank has started, and which it still waits for.
 
-    Asynchronous calls (the mpi4jax ones) are pending until their output `handle` is ready;
-    blocking calls (mpi4py) are pending between enter() and leave(). Every public collective
-    counts once, so the sequence numbers agree across ranks.
+    The hot path only counts: `start` bumps a counter and notes the name, `dispatched` keeps the
+    output of the latest asynchronous (mpi4jax) call. Completion is worked out by the monitor
+    thread alone: at each poll it keeps (count, latest output) as a snapshot, and once that output
+    is ready every collective up to the snapshot's count has finished (a device runs its
+    computations in order). Blocking calls (mpi4py) are pending between enter() and leave().
+    Every public collective counts once, so the sequence numbers agree across ranks.
     """
+
+    NAMES = 256  # names kept for the last 256 collectives
 
     def __init__(self):
         self.count = 0
-        self.pending = collections.deque()  # (seq, name, started, handle), oldest first
+        self.names = [""] * self.NAMES
+        self.latest = None    # output of the latest asynchronous collective
         self.blocking = None  # (seq, name, started) while inside a blocking MPI call
+        # the monitor thread's own state
+        self.confirmed = 0    # every collective up to this one has finished
+        self._snapshot = None  # (count, output) taken at an earlier poll
+        self._oldest = None   # (seq, first seen) of the oldest collective not known to be finished
 
     def start(self, name: str) -> int:
         self.count += 1
+        self.names[self.count % self.NAMES] = name
         return self.count
 
     def dispatched(self, seq: int, name: str, handle) -> None:
-        self.pending.append((seq, name, time.monotonic(), handle))
-        if len(self.pending) > 64:  # keep the queue short when nobody polls (e.g. no monitor)
-            self._drop_ready()
+        self.latest = handle
 
     def enter(self, seq: int, name: str) -> None:
         self.blocking = (seq, name, time.monotonic())
@@ -71,25 +80,37 @@ class CollectiveTracker:
     def leave(self) -> None:
         self.blocking = None
 
-    def _drop_ready(self) -> None:
-        while self.pending:
-            handle = self.pending[0][3]
+    def name_of(self, seq: int) -> str:
+        return self.names[seq % self.NAMES] if self.count - seq < self.NAMES else "collective"
+
+    def observe(self) -> None:
+        """Advance what is known to have finished (monitor thread only)."""
+        if self._snapshot is not None:
+            count, output = self._snapshot
             try:
-                ready = handle.is_ready()
-            except Exception:  # noqa: BLE001  (a deleted buffer is done too)
+                ready = output is None or output.is_ready()
+            except Exception:  # noqa: BLE001  (a deleted buffer has finished too)
                 ready = True
-            if not ready:
-                return
-            self.pending.popleft()
+            if ready:
+                self.confirmed = max(self.confirmed, count)
+                self._snapshot = None
+        count, latest = self.count, self.latest
+        if self._snapshot is None and count > self.confirmed:
+            self._snapshot = (count, latest)
+        if self._oldest is not None and self._oldest[0] <= self.confirmed:
+            self._oldest = None
+        if self._oldest is None and count > self.confirmed:
+            self._oldest = (self.confirmed + 1, time.monotonic())
 
     def oldest_waiting(self) -> tuple[int, str, float] | None:
-        """(seq, name, seconds waited) of the oldest collective not finished, or None."""
-        self._drop_ready()
+        """(seq, name, seconds waited) of the oldest collective not known to have finished, or None.
+        The wait of an asynchronous one counts from the poll that first saw it (+- one poll)."""
+        self.observe()
         now = time.monotonic()
         candidates = []
-        if self.pending:
-            seq, name, started, _ = self.pending[0]
-            candidates.append((seq, name, now - started))
+        if self._oldest is not None:
+            seq, seen = self._oldest
+            candidates.append((seq, self.name_of(seq), now - seen))
         blocking = self.blocking
         if blocking is not None:
             candidates.append((blocking[0], blocking[1], now - blocking[2]))
@@ -167,7 +188,7 @@ class RankMonitor:
         arrays while the runtime is torn down aborts the process."""
         self._stop.set()
         self._thread.join(timeout=5)
-        self.tracker.pending.clear()
+        self.tracker.latest = self.tracker._snapshot = None
 
     def _loop(self) -> None:
         while not self._stop.wait(POLL_SECONDS):
