@@ -22,11 +22,29 @@ from .spec import JobSpec
 RUNS_ROOT = "runs"
 
 
+def current_umask() -> int:
+    """The process's umask, read without changing it where Linux allows (/proc), else set and reset."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write to a temp file in the same folder, fsync, then rename: readers never see half a file."""
+    """Write to a temp file in the same folder, fsync, then rename: readers never see half a file.
+
+    The file gets the mode an ordinary open() would give (0666 minus the umask): mkstemp makes
+    its files 0600, which would hide results from the rest of a group sharing a project folder.
+    """
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~current_umask())
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()

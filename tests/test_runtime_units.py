@@ -1,6 +1,8 @@
 """Pure pieces of the per-rank runtime: topology, device binding, results, entrypoint loading."""
 
 import json
+import os
+import stat
 
 import numpy as np
 import pytest
@@ -99,6 +101,20 @@ class TestResults:
             atomic_write_bytes(target, b"new")
         assert target.read_text() == "old"
         assert [p.name for p in tmp_path.iterdir()] == ["result.json"]
+
+    @pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
+    def test_written_files_follow_the_umask(self, tmp_path, umask, mode):
+        """spec.json, status.json, result.json and result.npz are made like any file: 0666 & ~umask."""
+        from launcher.spec import JobSpec
+        old = os.umask(umask)
+        try:
+            run = RunDirectory.create(JobSpec(name="x", entrypoint="m:f"), tmp_path / "run")
+            run.update_status(state="RUNNING")
+            write_result(run, {"weights": np.ones(3)})
+        finally:
+            os.umask(old)
+        for path in (run.spec_file, run.status_file, run.result_file, run.arrays_file):
+            assert stat.S_IMODE(path.stat().st_mode) == mode, path.name
 
 
 def test_run_directory_refuses_to_reuse_a_full_directory(tmp_path):
