@@ -60,6 +60,7 @@ def run(spec, overrides, run_dir, dry_run):
                               os.geteuid() == 0)
         click.echo(plan.describe())
         return
+    find_mpirun()  # fails with a clear message before a run directory exists
     exit_code = run_local(job, RunDirectory.create(job, run_dir), echo=lambda m: click.echo(m, err=True))
     sys.exit(exit_code)
 
@@ -99,8 +100,9 @@ def submit(spec, overrides, run_dir, dry_run, wait, parsable):
     from .spec import load_spec
 
     job = load_spec(spec, overrides)
+    preview = render_for_submission(job, RunDirectory.preview(job, run_dir).path)  # fails before any folder exists
     if dry_run:
-        click.echo(render_for_submission(job, RunDirectory.preview(job, run_dir).path), nl=False)
+        click.echo(preview, nl=False)
         return
     run = RunDirectory.create(job, run_dir)
     job_id = submit_job(job, run)
