@@ -31,10 +31,21 @@ def _user_errors(command):
 
 
 def spec_options(command):
-    """SPEC plus the --set overrides every command that reads a spec takes."""
-    command = click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
-                           help="Override a spec key, dotted for nested keys (e.g. slurm.partition=gpu).")(command)
-    return click.argument("spec", type=click.Path(dir_okay=False))(command)
+    """SPEC plus the --set overrides and --print-spec that every command reading a spec takes."""
+    @functools.wraps(command)
+    @_user_errors
+    def print_or_run(*args, print_spec, **kwargs):
+        if print_spec:
+            from .spec import describe_spec, load_spec
+            click.echo(describe_spec(load_spec(kwargs["spec"], kwargs["overrides"])))
+            return None
+        return command(*args, **kwargs)
+
+    print_or_run = click.option("--print-spec", is_flag=True,
+                                help="Print every resolved spec value with its type, and exit.")(print_or_run)
+    print_or_run = click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
+                                help="Override a spec key, dotted for nested keys (e.g. slurm.partition=gpu).")(print_or_run)
+    return click.argument("spec", type=click.Path(dir_okay=False))(print_or_run)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

@@ -542,6 +542,30 @@ def resolve_run_dir(spec: JobSpec, spec_dir: Path) -> JobSpec:
     return spec.model_copy(update={"run_dir": str(spec_dir / spec.run_dir)})
 
 
+def describe_spec(spec: JobSpec) -> str:
+    """Every resolved value of the spec, one per line with its type (`params.lr = 0.001  (float)`),
+    so a user can see what the file, the defaults and each --set produced."""
+    durations = {("timeout",), ("slurm", "time")}
+    names = {str: "str", int: "int", float: "float", bool: "bool", type(None): "null", list: "list", dict: "dict"}
+    lines = []
+
+    def walk(value, path, label):
+        if isinstance(value, dict) and value:
+            for key, item in value.items():
+                walk(item, path + (key,), f"{label}.{key}" if label else str(key))
+        elif isinstance(value, list) and value:
+            for index, item in enumerate(value):
+                walk(item, path + (index,), f"{label}[{index}]")
+        else:
+            kind = names.get(type(value), type(value).__name__)
+            if path in durations and value is not None:
+                kind += ", seconds"
+            lines.append(f"{label} = {value!r}  ({kind})")
+
+    walk(spec.model_dump(), (), "")
+    return "\n".join(lines)
+
+
 def load_spec(path: str | Path, overrides: list[str] = ()) -> JobSpec:
     """Read, override (`--set a.b=value`) and validate a job spec. Raises SpecError."""
     path = Path(path)
