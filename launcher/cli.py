@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import sys
 
 import click
@@ -123,24 +124,36 @@ def submit(spec, overrides, run_dir, dry_run, wait, parsable):
         sys.exit(0 if info.state == "COMPLETED" else 1)
 
 
+def _job_ids(ctx, param, value):
+    """Slurm job ids are numbers (an array task: 123_4); anything else is a usage error."""
+    for job_id in (value if isinstance(value, tuple) else (value,)):
+        if not re.fullmatch(r"\d+(_\d+)?", job_id):
+            raise click.BadParameter(f"{job_id!r} is not a Slurm job id (a number, e.g. 12345)")
+    return value
+
+
 @main.command()
-@click.argument("job_ids", nargs=-1)
+@click.argument("job_ids", nargs=-1, callback=_job_ids)
 @_user_errors
 def status(job_ids):
     """Show state, elapsed time, nodes and run directory of jobs (default: those jaxlaunch submitted)."""
     from tabulate import tabulate
 
-    from .slurm.jobs import known_job_ids, status_rows
+    from .slurm.jobs import known_job_ids, status_table, unknown_jobs_error
 
     ids = list(job_ids) or known_job_ids()[:20]
     if not ids:
         click.echo("no jobs submitted with jaxlaunch yet")
         return
-    click.echo(tabulate(status_rows(ids), headers=["JOBID", "STATE", "ELAPSED", "NODES", "RUN DIR"]))
+    rows, unknown = status_table(ids)
+    if rows:
+        click.echo(tabulate(rows, headers=["JOBID", "STATE", "ELAPSED", "NODES", "RUN DIR"]))
+    if unknown:
+        raise unknown_jobs_error(unknown)
 
 
 @main.command()
-@click.argument("job_id")
+@click.argument("job_id", callback=_job_ids)
 @click.option("--rank", type=int, help="Show this rank's full log instead of the job's combined output.")
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new output until the job ends.")
 @_user_errors
@@ -152,7 +165,7 @@ def logs(job_id, rank, follow):
 
 
 @main.command()
-@click.argument("job_id")
+@click.argument("job_id", callback=_job_ids)
 @_user_errors
 def cancel(job_id):
     """Cancel a job."""
