@@ -105,8 +105,23 @@ def _tagged_scalar(tag: str, text: str, line: int, path: tuple):
     return value
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _join_surrogate_pairs(text: str) -> str:
+    """Join escaped surrogate pairs: in JSON (which YAML 1.2 reads) "\\ud83d\\ude00" is one
+    character, but the parser gives two lone surrogates. A surrogate without its pair stays, and
+    validation refuses it."""
+    if not _SURROGATE.search(text):
+        return text
+    try:
+        return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le")
+    except UnicodeDecodeError:
+        return text
+
+
 def _scalar(event, line: int, path: tuple):
-    tag, text = event.tag, event.value
+    tag, text = event.tag, _join_surrogate_pairs(event.value)
     if tag is None:
         if event.implicit[0]:  # plain: resolved by the core schema
             try:

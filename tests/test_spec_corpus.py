@@ -120,6 +120,12 @@ def test_values_follow_the_yaml_1_2_core_schema(write_spec, yaml_text, value):
     assert spec.params["v"] == value and type(spec.params["v"]) is type(value)
 
 
+def test_json_surrogate_pair_escapes_are_one_character(write_spec):
+    """A spec written by json.dumps (YAML 1.2 reads JSON) escapes an emoji as a surrogate pair."""
+    spec = load_spec(write_spec('{"name": "x", "entrypoint": "m:f", "env": {"E": "\\ud83d\\ude00"}}'))
+    assert spec.env == {"E": "\U0001f600"}
+
+
 def test_nan_reaches_the_ranks_as_nan(write_spec, tmp_path):
     """spec.json used to turn .nan and .inf into null."""
     spec = load_spec(write_spec(HEAD + "params: {a: .nan, b: -.inf, c: [1e308]}\n"))
