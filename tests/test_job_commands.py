@@ -71,7 +71,7 @@ def test_status_of_an_unknown_job_is_exit_2_after_the_known_ones(slurm):
 def test_logs_rank_outside_the_job_is_exit_2_naming_the_valid_range(slurm, rank):
     result = invoke("logs", "77", "--rank", rank)
     assert result.exit_code == 2
-    assert result.output == f"Error: --rank {rank}: job 77 has ranks 0 to 3.\n  fix: pass --rank N with N in 0 to 3.\n"
+    assert result.output == f"Error: --rank {rank}: job 77 has 4 ranks: 0 to 3.\n  fix: pass --rank N with N in 0 to 3.\n"
 
 
 def test_logs_rank_inside_the_job(slurm):

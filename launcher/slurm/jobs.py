@@ -137,8 +137,12 @@ def log_path(job_id: str, rank: int | None) -> Path:
     except (OSError, ValueError):
         processes = None  # no readable spec.json: only the lower bound can be checked
     if rank < 0 or (processes is not None and rank >= processes):
-        valid = f"0 to {processes - 1}" if processes is not None else "0 and up"
-        raise UsageError(f"--rank {rank}: job {job_id} has ranks {valid}.\n  fix: pass --rank N with N in {valid}.")
+        if processes is None:
+            has, valid = "ranks numbered from 0", "0 and up"
+        else:
+            valid = "0" if processes == 1 else f"0 to {processes - 1}"
+            has = f"{processes} rank{'s' if processes > 1 else ''}: {valid}"
+        raise UsageError(f"--rank {rank}: job {job_id} has {has}.\n  fix: pass --rank N with N in {valid}.")
     return run.rank_log(rank)
 
 
