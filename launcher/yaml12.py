@@ -203,7 +203,7 @@ class _Builder:
         top = self.stack[-1]
         return top.path + ((top.key,) if isinstance(top.value, dict) else (len(top.value),))
 
-    def _attach(self, value, line: int, values: int, height: int) -> None:
+    def _attach(self, value, line: int, height: int) -> None:
         if not self.stack:
             self.root = value
             return
@@ -272,7 +272,7 @@ class _Builder:
             value = _scalar(event, line, path)
             if event.anchor is not None:
                 self.anchors[event.anchor] = (value, 1, 0)
-            self._attach(value, line, 1, 0)
+            self._attach(value, line, 0)
         elif isinstance(event, (ev.MappingStartEvent, ev.SequenceStartEvent)):
             is_map = isinstance(event, ev.MappingStartEvent)
             allowed = (None, "!", TAG + ("map" if is_map else "seq"))
@@ -297,7 +297,7 @@ class _Builder:
         value, values, height = self.anchors[name]
         self._add(values, line, path, f" once its aliases are expanded (*{name} on line {line})")
         self._depth_check(height, line, path)
-        self._attach(copy.deepcopy(value), line, values, height)
+        self._attach(copy.deepcopy(value), line, height)
 
     def _close(self, line: int) -> None:
         frame = self.stack.pop()
@@ -315,7 +315,7 @@ class _Builder:
         if frame.anchor is not None:
             self.open_anchors.discard(frame.anchor)
             self.anchors[frame.anchor] = (frame.value, values, frame.height)
-        self._attach(frame.value, frame.line, values, frame.height)
+        self._attach(frame.value, frame.line, frame.height)
 
 
 _MERGE = object()
