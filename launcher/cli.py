@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import sys
 
 import click
@@ -31,10 +32,21 @@ def _user_errors(command):
 
 
 def spec_options(command):
-    """SPEC plus the --set overrides every command that reads a spec takes."""
-    command = click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
-                           help="Override a spec key, dotted for nested keys (e.g. slurm.partition=gpu).")(command)
-    return click.argument("spec", type=click.Path(dir_okay=False))(command)
+    """SPEC plus the --set overrides and --print-spec that every command reading a spec takes."""
+    @functools.wraps(command)
+    @_user_errors
+    def print_or_run(*args, print_spec, **kwargs):
+        if print_spec:
+            from .spec import describe_spec, load_spec
+            click.echo(describe_spec(load_spec(kwargs["spec"], kwargs["overrides"])))
+            return None
+        return command(*args, **kwargs)
+
+    print_or_run = click.option("--print-spec", is_flag=True,
+                                help="Print every resolved spec value with its type, and exit.")(print_or_run)
+    print_or_run = click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
+                                help="Override a spec key, dotted for nested keys (e.g. slurm.partition=gpu).")(print_or_run)
+    return click.argument("spec", type=click.Path(dir_okay=False))(print_or_run)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -60,6 +72,7 @@ def run(spec, overrides, run_dir, dry_run):
                               os.geteuid() == 0)
         click.echo(plan.describe())
         return
+    find_mpirun()  # fails with a clear message before a run directory exists
     exit_code = run_local(job, RunDirectory.create(job, run_dir), echo=lambda m: click.echo(m, err=True),
                           print_result=click.echo)
     sys.exit(exit_code)
@@ -100,8 +113,9 @@ def submit(spec, overrides, run_dir, dry_run, wait, parsable):
     from .spec import load_spec
 
     job = load_spec(spec, overrides)
+    preview = render_for_submission(job, RunDirectory.preview(job, run_dir).path)  # fails before any folder exists
     if dry_run:
-        click.echo(render_for_submission(job, RunDirectory.preview(job, run_dir).path), nl=False)
+        click.echo(preview, nl=False)
         return
     run = RunDirectory.create(job, run_dir)
     job_id = submit_job(job, run)
@@ -111,29 +125,40 @@ def submit(spec, overrides, run_dir, dry_run, wait, parsable):
         sys.exit(0 if info.state == "COMPLETED" else 1)
 
 
+def _job_ids(ctx, param, value):
+    """Slurm job ids are numbers (an array task: 123_4); anything else is a usage error."""
+    for job_id in (value if isinstance(value, tuple) else (value,)):
+        if not re.fullmatch(r"\d+(_\d+)?", job_id):
+            raise click.BadParameter(f"{job_id!r} is not a Slurm job id (a number, e.g. 12345)")
+    return value
+
+
 @main.command()
-@click.argument("job_ids", nargs=-1)
+@click.argument("job_ids", nargs=-1, callback=_job_ids)
 @_user_errors
 def status(job_ids):
     """Show state, elapsed time, nodes and run directory of jobs (default: those jaxlaunch submitted)."""
     from tabulate import tabulate
 
-    from .slurm.jobs import failure_lines, find_run_dir, known_job_ids, status_rows
+    from .slurm.jobs import failure_lines, find_run_dir, known_job_ids, status_table, unknown_jobs_error
 
     ids = list(job_ids) or known_job_ids()[:20]
     if not ids:
         click.echo("no jobs submitted with jaxlaunch yet")
         return
-    rows = status_rows(ids)
-    click.echo(tabulate(rows, headers=["JOBID", "STATE", "ELAPSED", "NODES", "RUN DIR"]))
-    for job_id, row in zip(ids, rows):
+    rows, unknown = status_table(ids)
+    if rows:
+        click.echo(tabulate(rows, headers=["JOBID", "STATE", "ELAPSED", "NODES", "RUN DIR"]))
+    for row in rows:
         if job_ids and row[1] in ("FAILED", "TIMEOUT", "CANCELLED"):  # explain the jobs asked about
-            for line in failure_lines(find_run_dir(job_id)):
-                click.echo(f"job {job_id} {line}")
+            for line in failure_lines(find_run_dir(row[0])):
+                click.echo(f"job {row[0]} {line}")
+    if unknown:
+        raise unknown_jobs_error(unknown)
 
 
 @main.command()
-@click.argument("job_id")
+@click.argument("job_id", callback=_job_ids)
 @click.option("--rank", type=int, help="Show this rank's full log instead of the job's combined output.")
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new output until the job ends.")
 @_user_errors
@@ -147,7 +172,7 @@ def logs(job_id, rank, follow):
 
 
 @main.command()
-@click.argument("job_id")
+@click.argument("job_id", callback=_job_ids)
 @_user_errors
 def cancel(job_id):
     """Cancel a job."""

@@ -27,11 +27,29 @@ from .spec import JobSpec
 RUNS_ROOT = "runs"
 
 
+def current_umask() -> int:
+    """The process's umask, read without changing it where Linux allows (/proc), else set and reset."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write to a temp file in the same folder, fsync, then rename: readers never see half a file."""
+    """Write to a temp file in the same folder, fsync, then rename: readers never see half a file.
+
+    The file gets the mode an ordinary open() would give (0666 minus the umask): mkstemp makes
+    its files 0600, which would hide results from the rest of a group sharing a project folder.
+    """
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~current_umask())
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
@@ -77,29 +95,43 @@ class RunDirectory:
         except (FileNotFoundError, ValueError):
             return None
 
+    @staticmethod
+    def template(spec: JobSpec, path: str | Path | None = None) -> str:
+        """The run directory before placeholders: the --run-dir flag (relative to the working
+        directory), the spec's run_dir (made absolute against the spec's folder at load), or the
+        default runs/{name}-{time} in the working directory."""
+        return str(path) if path is not None else spec.run_dir or f"{RUNS_ROOT}/{{name}}-{{time}}"
+
+    @staticmethod
+    def expand(template: str, spec: JobSpec, stamp: str) -> Path:
+        return Path(template.replace("{name}", spec.name).replace("{time}", stamp))
+
     @classmethod
     def create(cls, spec: JobSpec, path: str | Path | None = None) -> "RunDirectory":
         """Make the run directory: the given path, the spec's run_dir, or runs/{name}-{time}.
 
         An existing directory is accepted only if empty, so no run overwrites another's results.
+        Call it last, once everything that can fail has been checked: it leaves a folder behind.
         """
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        template = str(path) if path is not None else spec.run_dir or f"{RUNS_ROOT}/{{name}}-{{time}}"
-        target = Path(template.replace("{name}", spec.name).replace("{time}", stamp))
-        if target.exists() and any(target.iterdir()):
-            if path is None and spec.run_dir is None:
-                target = Path(tempfile.mkdtemp(prefix=target.name + "-", dir=target.parent))
-            else:
-                raise UsageError(f"run directory {target} already holds files; choose a new or empty one")
-        run = cls(target)
-        run.logs.mkdir(parents=True, exist_ok=True)
-        atomic_write_bytes(run.spec_file, spec.model_dump_json(indent=2).encode())
+        spec_json = spec.model_dump_json(indent=2).encode()  # before anything exists on disk
+        target = cls.expand(cls.template(spec, path), spec, time.strftime("%Y%m%d-%H%M%S"))
+        try:
+            if target.exists() and any(target.iterdir()):
+                if path is None and spec.run_dir is None:
+                    target = Path(tempfile.mkdtemp(prefix=target.name + "-", dir=target.parent))
+                else:
+                    raise UsageError(f"run directory {target} already holds files; choose a new or empty one")
+            run = cls(target)
+            run.logs.mkdir(parents=True, exist_ok=True)
+            atomic_write_bytes(run.spec_file, spec_json)
+        except OSError as exc:
+            raise UsageError(f"cannot create the run directory {target}: {exc.strerror or exc}") from None
         return run
 
     @classmethod
     def preview(cls, spec: JobSpec, path: str | Path | None = None) -> "RunDirectory":
-        """The run directory a run would use, for --dry-run and render; nothing is created."""
-        return cls(path or spec.run_dir or f"{RUNS_ROOT}/{spec.name}-TIME")
+        """The run directory a run started now would use, for --dry-run and render; nothing is created."""
+        return cls(cls.expand(cls.template(spec, path), spec, time.strftime("%Y%m%d-%H%M%S")))
 
     def read_spec(self) -> JobSpec:
         return JobSpec.model_validate_json(self.spec_file.read_text())

@@ -6,19 +6,24 @@ key path and the fix, so a user never has to read a traceback to find a typo.
 
 from __future__ import annotations
 
+import ast
 import difflib
+import importlib
+import os
 import re
+import sys
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
+from . import yaml12
 from .errors import SpecError
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 JOB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 MODULE_ENTRY = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+RUN_DIR_PLACEHOLDERS = ("{name}", "{time}")
 FORBIDDEN_CHARACTERS = {"\n": "a newline", "\r": "a carriage return", "\0": "a NUL byte"}
 
 
@@ -67,7 +72,8 @@ def format_slurm_time(seconds: int) -> str:
 Duration = Annotated[int, BeforeValidator(parse_duration)]
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    # inf/nan as JSON's NaN/Infinity constants in spec.json: the default would turn them into null.
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, ser_json_inf_nan="constants")
 
 
 class SlurmSpec(_Strict):
@@ -115,7 +121,8 @@ class JobSpec(_Strict):
         default_factory=list, description="shell commands run before launch in batch scripts (module load, ...)"
     )
     run_dir: str | None = Field(
-        None, description="run directory; may use {name} and {time}; default runs/{name}-{time}"
+        None, description="run directory, relative to the spec's folder; may use {name} and {time}; "
+                          "default runs/{name}-{time} in the working directory"
     )
     timeout: Duration | None = Field(
         None, description="wall-clock limit: seconds, '30m', '2h' or 'HH:MM:SS'; the job is killed after it"
@@ -144,6 +151,21 @@ class JobSpec(_Strict):
             raise ValueError(f"{value!r} is not 'module:function' or 'file.py:function'")
         if not path.endswith(".py") and not MODULE_ENTRY.match(value):
             raise ValueError(f"{value!r}: {path!r} is neither a module name nor a .py file")
+        return value
+
+    @field_validator("run_dir")
+    @classmethod
+    def _known_placeholders(cls, value):
+        if value is None:
+            return value
+        unknown = sorted(set(re.findall(r"\{[^{}]*\}", value)) - set(RUN_DIR_PLACEHOLDERS))
+        stray = re.sub(r"\{[^{}]*\}", "", value)
+        if unknown:
+            raise ValueError(f"{unknown[0]} is not a placeholder; valid: {', '.join(RUN_DIR_PLACEHOLDERS)}")
+        if "{" in stray or "}" in stray:
+            raise ValueError(f"{value!r} has an unmatched brace; placeholders are {', '.join(RUN_DIR_PLACEHOLDERS)}")
+        if not value.strip():
+            raise ValueError("the run directory is empty")
         return value
 
     @field_validator("env", mode="before")
@@ -178,6 +200,11 @@ SPEC_KEYS = {(): JobSpec, ("slurm",): SlurmSpec}
 
 # --- loading -------------------------------------------------------------------------------
 
+def shown(text: str, limit: int = 80) -> str:
+    """A --set override as messages show it: long ones shortened."""
+    return text if len(text) <= limit else text[:limit - 20] + f"...({len(text) - limit + 20} more)"
+
+
 class _Source:
     """Where each key of the spec came from: a line of the file, or a --set override."""
 
@@ -197,48 +224,37 @@ class _Source:
         for n in range(len(key_path), -1, -1):
             prefix = tuple(key_path[:n])
             if prefix in self.overrides:
-                return f"--set {self.overrides[prefix]}"
+                return f"--set {shown(self.overrides[prefix])}"
             if prefix in self.lines:
                 return f"{self.path}:{self.lines[prefix]}"
         return str(self.path)
 
 
-def _line_map(node, path=(), lines=None, file=None) -> dict[tuple, int]:
-    """Line (1-based) of every key in a composed YAML document; rejects duplicate keys."""
-    lines = {(): 1} if lines is None else lines
-    if isinstance(node, yaml.MappingNode):
-        seen = {}
-        for key_node, value_node in node.value:
-            key = key_node.value
-            line = key_node.start_mark.line + 1
-            if key in seen:
-                raise SpecError(
-                    f"{file}:{line}: {'.'.join(map(str, path + (key,)))}: duplicate key "
-                    f"(first set on line {seen[key]}).\n  fix: keep only one of them."
-                )
-            seen[key] = line
-            lines[path + (key,)] = line
-            _line_map(value_node, path + (key,), lines, file)
-    elif isinstance(node, yaml.SequenceNode):
-        for index, item in enumerate(node.value):
-            lines[path + (index,)] = item.start_mark.line + 1
-            _line_map(item, path + (index,), lines, file)
-    return lines
-
-
 def _parse_override(text: str) -> tuple[tuple, Any]:
     key, sep, raw = text.partition("=")
     if not sep or not key.strip():
-        raise SpecError(f"--set {text}: expected KEY=VALUE, e.g. --set nodes=2 or --set slurm.partition=gpu")
+        raise SpecError(f"--set {shown(text)}: expected KEY=VALUE, e.g. --set nodes=2 or --set slurm.partition=gpu")
     bad = [label for char, label in FORBIDDEN_CHARACTERS.items() if char in raw]
     if bad and not key.strip().startswith("params."):
-        raise SpecError(f"--set {key.strip()}=...: contains {bad[0]}, which could end a line of the batch "
+        raise SpecError(f"--set {shown(key.strip())}=...: contains {bad[0]}, which could end a line of the batch "
                         f"script and run the rest as a command.\n  fix: write the value on one line.")
+    key_path = tuple(part.strip() for part in key.strip().split("."))
+    if not all(key_path):
+        raise SpecError(f"--set {shown(text)}: the key {shown(key.strip())!r} has an empty part.\n"
+                        f"  fix: name the key with dots between names, e.g. --set slurm.partition=gpu")
+    if len(key_path) > yaml12.MAX_DEPTH:
+        raise SpecError(f"--set {shown(text)}: the key is nested more than {yaml12.MAX_DEPTH} levels deep.\n"
+                        f"  fix: flatten the structure; a spec does not need this depth.")
+    if not raw.strip():
+        return key_path, ""
+
+    def where(line, path):
+        return f"--set {shown(text)}: {yaml12.dotted(key_path + path)}"
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError:
-        value = raw  # not YAML: take the text as it is
-    return tuple(key.strip().split(".")), value
+        value = yaml12.load(raw, where).data
+    except yaml12.YAMLSyntaxError:
+        value = raw  # not YAML (e.g. an unclosed bracket): take the text as it is
+    return key_path, value
 
 
 def _apply_override(data: dict, key_path: tuple, value: Any, text: str) -> None:
@@ -248,7 +264,8 @@ def _apply_override(data: dict, key_path: tuple, value: Any, text: str) -> None:
         if child is None:
             child = target[key] = {}
         if not isinstance(child, dict):
-            raise SpecError(f"--set {text}: {key!r} is not a section, so it has no key {key_path[-1]!r}")
+            raise SpecError(f"--set {shown(text)}: {key!r} is not a section, so it has no key {key_path[-1]!r}.\n"
+                           f"  fix: check the key path: {key!r} holds a value, not keys.")
         target = child
     target[key_path[-1]] = value
 
@@ -268,6 +285,62 @@ def _forbidden_characters(value, path=()):
     elif isinstance(value, list):
         for index, item in enumerate(value):
             yield from _forbidden_characters(item, path + (index,))
+
+
+def _unwritable(data):
+    """(path, problem) for what spec.json or the batch script could not hold: lone surrogates (not
+    valid Unicode; they reach Python through --set from undecodable bytes or through YAML's "\\ud800"
+    escapes) and nesting deeper than the loader allows. Iterative: `data` may be deep."""
+    pending = [((), data, 1)]
+    while pending:
+        path, value, depth = pending.pop()
+        if isinstance(value, (dict, list)) and depth > yaml12.MAX_DEPTH:
+            yield path, f"nested more than {yaml12.MAX_DEPTH} levels deep", "flatten the structure"
+            continue
+        items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+        for key, item in items:
+            if isinstance(key, str) and _surrogate(key):
+                yield path + (key,), f"the key contains {_surrogate(key)}", "rename the key"
+            pending.append((path + (key,), item, depth + 1))
+        if isinstance(value, str) and _surrogate(value):
+            yield path, (f"contains {_surrogate(value)}, which cannot be written as UTF-8 (to spec.json or the "
+                         f"batch script)"), ("remove it; from --set, check the shell's quoting and the terminal's "
+                                             "encoding")
+
+
+def _surrogate(text: str) -> str:
+    try:
+        text.encode("utf-8")
+        return ""
+    except UnicodeEncodeError as exc:
+        return f"a lone surrogate (U+{ord(text[exc.start]):04X}, not valid Unicode)"
+
+
+def _same(a, b) -> bool:
+    """Equality where NaN equals NaN and types must match (spec.json must give the ranks the same values)."""
+    if isinstance(a, float) and isinstance(b, float) and a != a and b != b:
+        return True
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+def _check_serialisable(spec: JobSpec, source: _Source) -> None:
+    """spec.json is what every rank reads: it must be writable and give back the same values."""
+    try:
+        back = JobSpec.model_validate_json(spec.model_dump_json().encode("utf-8"))
+    except Exception as exc:  # noqa: BLE001  (any failure here would otherwise happen after the run started)
+        raise SpecError(f"{source.path}: the spec cannot be written to spec.json: {exc}.\n"
+                        f"  fix: keep to strings, numbers, booleans, lists and mappings.") from None
+    for key in type(spec).model_fields:
+        if not _same(getattr(spec, key) if key != "slurm" else spec.slurm.model_dump(),
+                     getattr(back, key) if key != "slurm" else back.slurm.model_dump()):
+            raise SpecError(f"{source.locate((key,))}: {key}: would not reach the job unchanged through "
+                            f"spec.json.\n  fix: keep to strings, numbers, booleans, lists and mappings.")
 
 
 def _field_help(key_path: tuple) -> str:
@@ -324,7 +397,14 @@ def _check_consistency(spec: JobSpec) -> list[tuple[tuple, str]]:
 
 def validate_spec(data: Any, source: _Source) -> JobSpec:
     if not isinstance(data, dict):
-        raise SpecError(f"{source.path}: the spec must be a YAML mapping of keys such as name:, entrypoint:, nodes:")
+        kind = {list: "a list", str: "a string", int: "a number", float: "a number", bool: "a boolean"}.get(
+            type(data), type(data).__name__)
+        raise SpecError(f"{source.path}:1: the spec must be a YAML mapping of keys such as name:, entrypoint:, "
+                        f"nodes:, not {kind}.\n  fix: write one `key: value` per line, e.g. `name: myjob`.")
+    unwritable = list(_unwritable(data))
+    if unwritable:
+        raise SpecError("\n".join(f"{source.locate(p)}: {yaml12.dotted(p)}: {problem}.\n  fix: {fix}."
+                                  for p, problem, fix in unwritable))
     bad = [(p, label) for p, label in _forbidden_characters(data) if p[:1] != ("params",)]
     if bad:
         raise SpecError("\n".join(
@@ -342,37 +422,177 @@ def validate_spec(data: Any, source: _Source) -> JobSpec:
     return spec
 
 
+def _top_level_names(tree: ast.Module) -> tuple[set[str], bool]:
+    """Names a module binds at its top level (also inside if/try/with/for blocks), and whether it
+    may bind others we cannot see (`from x import *`, a module `__getattr__`)."""
+    names, open_ended = set(), False
+    pending = list(tree.body)
+    while pending:
+        node = pending.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+            open_ended |= node.name == "__getattr__"
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                names |= {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            for alias in node.names:
+                open_ended |= alias.name == "*"
+                names.add(alias.asname or alias.name.partition(".")[0])
+        elif isinstance(node, (ast.If, ast.Try, ast.With, ast.For, ast.While)):
+            for block in ("body", "orelse", "finalbody"):
+                pending += getattr(node, block, [])
+            for handler in getattr(node, "handlers", []):
+                pending += handler.body
+        elif hasattr(ast, "TryStar") and isinstance(node, ast.TryStar):
+            pending += node.body + node.orelse + node.finalbody
+    return names, open_ended
+
+
+def _check_defines(file: Path, function: str, where: str, entrypoint: str) -> None:
+    """The job's source must define `function` at its top level. Parsed with ast, never run."""
+    try:
+        tree = ast.parse(file.read_bytes(), filename=str(file))
+    except SyntaxError as exc:
+        raise SpecError(f"{where}: entrypoint: {file}:{exc.lineno}: the job's code has a syntax error "
+                        f"({exc.msg}).\n  fix: correct the job's code; it would fail as soon as a rank "
+                        f"imports it.") from None
+    except (OSError, ValueError) as exc:
+        raise SpecError(f"{where}: entrypoint: cannot read {file}: {exc}.\n"
+                        f"  fix: check the file and its permissions.") from None
+    names, open_ended = _top_level_names(tree)
+    if function in names or open_ended:
+        return
+    defined = sorted(n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))
+    close = difflib.get_close_matches(function, defined, n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    raise SpecError(f"{where}: entrypoint: {file} defines no top-level {function!r} "
+                    f"(functions there: {', '.join(defined) or 'none'}).\n"
+                    f"  fix: {hint}write the entrypoint as '{entrypoint.rpartition(':')[0]}:FUNCTION' with a "
+                    f"function defined at the top level of that file.")
+
+
+def _find_module(name: str, search: list[str]):
+    """The import spec of `name` on the search path, found without importing anything: the
+    standard importlib.util.find_spec imports a dotted name's parent packages, which would run the
+    job's code. Returns None when not found."""
+    from importlib.machinery import PathFinder
+
+    parts = name.split(".")
+    path = search
+    found = None
+    for depth in range(len(parts)):
+        found = PathFinder.find_spec(".".join(parts[:depth + 1]), path)
+        if found is None:
+            return None
+        if depth < len(parts) - 1:
+            path = found.submodule_search_locations
+            if not path:
+                return None  # a module, not a package: it has no submodules
+    return found
+
+
 def resolve_entrypoint(spec: JobSpec, spec_dir: Path, source: _Source) -> JobSpec:
-    """Make a file entrypoint absolute (relative to the spec's folder) and check that it exists."""
+    """Check that the entrypoint's file or module exists and defines the function, without running
+    any of the job's code. A file is made absolute (relative to the spec's folder)."""
+    where = source.locate(("entrypoint",))
+    target, _, function = spec.entrypoint.rpartition(":")
     file = spec.entrypoint_file
-    if file is None:
+    if file is not None:
+        resolved = file if file.is_absolute() else spec_dir / file
+        try:
+            resolved = resolved.resolve()
+            exists = resolved.is_file()
+        except (OSError, RuntimeError, ValueError) as exc:
+            raise SpecError(f"{where}: entrypoint: cannot use the file name {str(file)[:80]!r}: "
+                            f"{getattr(exc, 'strerror', None) or exc}.\n"
+                            f"  fix: give the path of the job's .py file relative to the spec's folder.") from None
+        if not exists:
+            raise SpecError(f"{where}: entrypoint: file {str(file)!r} not found (looked for {resolved}).\n"
+                            f"  fix: give the path relative to the spec's folder.")
+        _check_defines(resolved, function, where, spec.entrypoint)
+        return spec.model_copy(update={"entrypoint": f"{resolved}:{function}"})
+    # A module: the ranks import it with the working directory first on sys.path (plus any
+    # PYTHONPATH the spec's env sets), so that is where it must be found.
+    extra = [p for p in spec.env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    search = [os.getcwd(), *extra, *sys.path]
+    importlib.invalidate_caches()  # a module written a moment ago must be seen
+    try:
+        found = None if target in sys.builtin_module_names else _find_module(target, search)
+        in_spec_dir = found is None and target not in sys.builtin_module_names and \
+            _find_module(target, [str(spec_dir)]) is not None
+    except (ImportError, OSError, ValueError) as exc:
+        raise SpecError(f"{where}: entrypoint: cannot look up module {target!r}: {exc}.\n"
+                        f"  fix: check the module name.") from None
+    if found is None and target not in sys.builtin_module_names:
+        if in_spec_dir:
+            raise SpecError(
+                f"{where}: entrypoint: module {target!r} is in the spec's folder ({spec_dir}), but the ranks "
+                f"import modules from the working directory ({os.getcwd()}).\n"
+                f"  fix: run jaxlaunch from {spec_dir}, or name the file: "
+                f"'{target.replace('.', '/')}.py:{function}'.")
+        raise SpecError(f"{where}: entrypoint: module {target!r} not found (looked in {os.getcwd()} and "
+                        f"the Python path).\n  fix: run jaxlaunch from the folder that holds the package, "
+                        f"install it, or write the entrypoint as 'path/to/file.py:{function}'.")
+    origin = getattr(found, "origin", None)
+    if origin and origin.endswith(".py") and Path(origin).is_file():
+        _check_defines(Path(origin), function, where, spec.entrypoint)
+    return spec
+
+
+def resolve_run_dir(spec: JobSpec, spec_dir: Path) -> JobSpec:
+    """A spec's relative run_dir is relative to the spec's folder, like its entrypoint file (the
+    --run-dir flag, by contrast, is relative to the working directory)."""
+    if spec.run_dir is None or Path(spec.run_dir).is_absolute():
         return spec
-    resolved = file if file.is_absolute() else (spec_dir / file).resolve()
-    if not resolved.is_file():
-        raise SpecError(f"{source.locate(('entrypoint',))}: entrypoint: file {str(file)!r} not found "
-                        f"(looked for {resolved}).\n  fix: give the path relative to the spec's folder.")
-    return spec.model_copy(update={"entrypoint": f"{resolved}:{spec.entrypoint.rpartition(':')[2]}"})
+    return spec.model_copy(update={"run_dir": str(spec_dir / spec.run_dir)})
+
+
+def describe_spec(spec: JobSpec) -> str:
+    """Every resolved value of the spec, one per line with its type (`params.lr = 0.001  (float)`),
+    so a user can see what the file, the defaults and each --set produced."""
+    durations = {("timeout",), ("slurm", "time")}
+    names = {str: "str", int: "int", float: "float", bool: "bool", type(None): "null", list: "list", dict: "dict"}
+    lines = []
+
+    def walk(value, path, label):
+        if isinstance(value, dict) and value:
+            for key, item in value.items():
+                walk(item, path + (key,), f"{label}.{key}" if label else str(key))
+        elif isinstance(value, list) and value:
+            for index, item in enumerate(value):
+                walk(item, path + (index,), f"{label}[{index}]")
+        else:
+            kind = names.get(type(value), type(value).__name__)
+            if path in durations and value is not None:
+                kind += ", seconds"
+            lines.append(f"{label} = {value!r}  ({kind})")
+
+    walk(spec.model_dump(), (), "")
+    return "\n".join(lines)
 
 
 def load_spec(path: str | Path, overrides: list[str] = ()) -> JobSpec:
     """Read, override (`--set a.b=value`) and validate a job spec. Raises SpecError."""
     path = Path(path)
     try:
+        size = path.stat().st_size
+        if size > yaml12.MAX_BYTES:
+            raise SpecError(f"{path}: {size} bytes; the limit is {yaml12.MAX_BYTES} bytes.\n"
+                            f"  fix: keep data out of the spec: put it in a file and pass its path in params.")
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise SpecError(f"{path}: no such file.\n  fix: check the path to the job spec.") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise SpecError(f"{path}: cannot read the spec: {exc}") from None
-    try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line = f":{mark.line + 1}" if mark else ""
-        raise SpecError(f"{path}{line}: not valid YAML: {exc.problem or exc}.\n"
-                        f"  fix: check indentation and quoting on that line.") from None
-    data = {} if data is None else data
-    lines = _line_map(node, file=path) if node is not None else {(): 1}
+
+    def where(line, key_path):
+        located = f"{path}:{line}" if line else str(path)
+        return f"{located}: {yaml12.dotted(key_path)}" if key_path else located
+    loaded = yaml12.load(text, where)
+    data = {} if loaded.data is None else loaded.data
+    lines = loaded.lines
     applied = {}
     for text_override in overrides:
         key_path, value = _parse_override(text_override)
@@ -382,4 +602,8 @@ def load_spec(path: str | Path, overrides: list[str] = ()) -> JobSpec:
         applied[key_path] = text_override
     source = _Source(path, lines, applied)
     spec = validate_spec(data, source)
-    return resolve_entrypoint(spec, path.resolve().parent, source)
+    spec_dir = path.resolve().parent
+    spec = resolve_entrypoint(spec, spec_dir, source)
+    spec = resolve_run_dir(spec, spec_dir)
+    _check_serialisable(spec, source)
+    return spec

@@ -20,8 +20,23 @@ def jaxlaunch(*args, timeout=180, env=None, cwd=None):
 
 
 @pytest.fixture
-def write_spec(tmp_path):
-    """Write a spec file from text; returns its path."""
+def job_modules(tmp_path, monkeypatch):
+    """Entrypoint modules the spec tests name (`m:f`, `mypkg.train:main`, `pkg.train:main`),
+    importable like an installed package: load_spec checks that an entrypoint's module and function exist."""
+    folder = tmp_path / "modules"
+    folder.mkdir()
+    (folder / "m.py").write_text("def f(ctx):\n    return 1\n")
+    for package in ("mypkg", "pkg"):
+        (folder / package).mkdir()
+        (folder / package / "__init__.py").write_text("")
+        (folder / package / "train.py").write_text("def main(ctx):\n    return 1\n")
+    monkeypatch.syspath_prepend(str(folder))
+    return folder
+
+
+@pytest.fixture
+def write_spec(tmp_path, job_modules):
+    """Write a spec file from text; returns its path. Modules `m`, `mypkg.train`, `pkg.train` are importable."""
     def write(text, name="job.yaml"):
         path = tmp_path / name
         path.write_text(text)

@@ -3,6 +3,7 @@
 import sys
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from launcher.cli import main
@@ -80,3 +81,24 @@ def test_every_command_is_documented_in_the_readme():
     readme = (ROOT / "README.md").read_text()
     for name in main.commands:
         assert f"jaxlaunch {name} " in readme, f"README does not document `jaxlaunch {name}`"
+
+
+@pytest.mark.parametrize("command", ["run", "submit", "render"])
+def test_print_spec_shows_each_resolved_value_with_its_type_and_runs_nothing(write_spec, tmp_path, command):
+    path = write_spec("name: x\nentrypoint: m:f\nparams: {flag: on}\ntimeout: 1h\n")
+    result = invoke(command, path, "--set", "params.lr=1e-3", "--set", "params.when=1:30",
+                    "--run-dir", tmp_path / "run", "--print-spec")
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    for expected in ("name = 'x'  (str)", "params.flag = 'on'  (str)", "params.lr = 0.001  (float)",
+                     "params.when = '1:30'  (str)", "nodes = 1  (int)", "timeout = 3600  (int, seconds)",
+                     "jax_distributed = False  (bool)", "run_dir = None  (null)", "slurm.launch = 'mpirun'  (str)",
+                     "setup = []  (list)"):
+        assert expected in lines
+    assert len(lines) == 24
+    assert not (tmp_path / "run").exists()
+
+
+def test_print_spec_of_a_bad_spec_exits_2(write_spec):
+    result = invoke("render", write_spec("name: x\nentrypoint: m:f\n"), "--set", "nodes=!!int x", "--print-spec")
+    assert result.exit_code == 2 and result.output.startswith("Error: --set nodes=!!int x: nodes: !!int 'x'")

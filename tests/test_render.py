@@ -15,6 +15,8 @@ import yaml
 from launcher.slurm.render import _template, quote_sbatch, render_batch_script
 from launcher.spec import load_spec
 
+pytestmark = pytest.mark.usefixtures("job_modules")  # the cases' entrypoint modules must exist
+
 GOLDEN = Path(__file__).parent / "golden"
 REGENERATE = "JAXLAUNCH_UPDATE_GOLDEN=1 python -m pytest tests/test_render.py"
 HOSTILE = "$(touch PWNED) `touch PWNED` ; touch PWNED 'single' \"double\" \\ back ✓ ü " + "x" * 10_000

@@ -1,6 +1,8 @@
 """Pure pieces of the per-rank runtime: topology, device binding, results, entrypoint loading."""
 
 import json
+import os
+import stat
 
 import numpy as np
 import pytest
@@ -76,17 +78,22 @@ class TestResults:
     def test_json_values_and_arrays(self, tmp_path):
         run = RunDirectory(tmp_path)
         write_result(run, {"loss": np.float32(0.5), "steps": np.int64(3), "weights": np.arange(6.0).reshape(2, 3),
-                           "nested": [{"ok": True}], "scalar_array": np.array(2.5), "nan": float("nan")})
+                           "nested": [{"ok": True}], "scalar_array": np.array(2.5), "nan": float("nan"),
+                           "plain": 1.5})
         raw = json.loads(run.result_file.read_text())
-        assert raw["loss"] == 0.5 and raw["steps"] == 3 and raw["scalar_array"] == 2.5 and raw["nan"] == "nan"
+        assert raw["loss"] == {"__scalar__": "float32", "value": 0.5} and raw["steps"]["value"] == 3
+        assert raw["scalar_array"] == {"__scalar__": "float64", "value": 2.5}
+        assert raw["nan"] == {"__float__": "nan"} and raw["plain"] == 1.5
         assert raw["weights"]["shape"] == [2, 3]
         loaded = load_result(tmp_path)
         np.testing.assert_array_equal(loaded["weights"], np.arange(6.0).reshape(2, 3))
         assert loaded["nested"] == [{"ok": True}]
+        assert type(loaded["loss"]) is np.float32 and type(loaded["steps"]) is np.int64
 
     def test_unencodable_value_names_its_path(self):
-        with pytest.raises(TypeError, match=r"result.model\[1\] is a object"):
-            encode_result({"model": [1, object()]})
+        encoded = encode_result({"model": [1, object()]})
+        assert encoded.unencodable == [("result.model[1]", "object")]
+        assert encoded.value["model"][1]["__unencodable__"] == "object"
 
     def test_atomic_write_leaves_no_partial_file(self, tmp_path, monkeypatch):
         target = tmp_path / "result.json"
@@ -99,6 +106,20 @@ class TestResults:
             atomic_write_bytes(target, b"new")
         assert target.read_text() == "old"
         assert [p.name for p in tmp_path.iterdir()] == ["result.json"]
+
+    @pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
+    def test_written_files_follow_the_umask(self, tmp_path, umask, mode):
+        """spec.json, status.json, result.json and result.npz are made like any file: 0666 & ~umask."""
+        from launcher.spec import JobSpec
+        old = os.umask(umask)
+        try:
+            run = RunDirectory.create(JobSpec(name="x", entrypoint="m:f"), tmp_path / "run")
+            run.update_status(state="RUNNING")
+            write_result(run, {"weights": np.ones(3)})
+        finally:
+            os.umask(old)
+        for path in (run.spec_file, run.status_file, run.result_file, run.arrays_file):
+            assert stat.S_IMODE(path.stat().st_mode) == mode, path.name
 
 
 def test_run_directory_refuses_to_reuse_a_full_directory(tmp_path):

@@ -189,3 +189,18 @@ def test_status_of_a_failed_job_names_the_rank(slurm_env, tmp_path):
     job_id = result.stdout.split()[2].rstrip(";")
     shown = run_ok("status", job_id, env=slurm_env).stdout
     assert f"job {job_id} FAILED: rank 1 on node2 failed first: RuntimeError: rank 1 failed on purpose" in shown
+
+
+def test_unknown_job_ids_and_ranks_are_exit_2_on_a_real_cluster(slurm_env, tmp_path):
+    """scancel exits 0 for a job id it does not know; jaxlaunch must not say it cancelled anything."""
+    for command in (["cancel", "999999"], ["status", "999999"], ["logs", "999999"]):
+        result = jaxlaunch(*command, env=slurm_env)
+        assert result.returncode == 2, (command, result.stdout, result.stderr)
+        assert "999999" in result.stderr and "Traceback" not in result.stderr
+        assert "cancelled" not in result.stdout
+    job_id = run_ok("submit", TEST_JOBS / "fail_on_rank.yaml", "--parsable", "--set", "entrypoint=fail_on_rank.py:sleep",
+                    "--set", "params.seconds=1", "--set", "processes_per_node=1", "--run-dir", tmp_path / "run",
+                    env=slurm_env).stdout.strip()
+    for rank in ("-1", "1"):
+        result = jaxlaunch("logs", job_id, "--rank", rank, env=slurm_env)
+        assert result.returncode == 2 and f"--rank {rank}: job {job_id} has 1 rank: 0." in result.stderr

@@ -159,3 +159,12 @@ def test_parse_duration(text, seconds):
 def test_slurm_time_rounds_up_to_minutes():
     assert format_slurm_time(61) == "0-00:02:00"
     assert format_slurm_time(90000) == "1-01:00:00"
+
+
+@pytest.mark.parametrize("zero", [0, "0", "0s", "0m0s", "00:00", "00:00:00", "0-00:00:00"])
+def test_zero_duration_is_refused(write_spec, zero):
+    """A zero timeout would kill the job at once (and Slurm reads --time=0 as no limit)."""
+    with pytest.raises(ValueError, match="a duration must be positive"):
+        parse_duration(zero)
+    message = error_of(write_spec, f"name: x\nentrypoint: m:f\ntimeout: {zero!r}\n")
+    assert ":3: timeout: a duration must be positive." in message

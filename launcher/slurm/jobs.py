@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..errors import JaxlaunchError, SchedulerError, UsageError
+from ..errors import SchedulerError, UsageError
 from ..local import find_mpirun
 from ..rundir import RunDirectory, atomic_write_json
 from ..spec import JobSpec
@@ -99,16 +99,29 @@ def failure_lines(run: RunDirectory | None) -> list[str]:
     return summary_lines(failure, run.path)
 
 
-def status_rows(job_ids: list[str]) -> list[list[str]]:
-    rows = []
+def status_table(job_ids: list[str]) -> tuple[list[list[str]], list[str]]:
+    """(rows for the known jobs, ids neither Slurm nor jaxlaunch's index knows)."""
+    rows, unknown = [], []
     for job_id in job_ids:
         info, run = job_status(job_id)
-        if info is None:
-            state = (run.read_status().get("state", "UNKNOWN") + " (no longer known to Slurm)") if run else "UNKNOWN"
-            rows.append([job_id, state, "", "", str(run.path) if run else ""])
+        if info is None and run is None:
+            unknown.append(job_id)
+        elif info is None:
+            state = run.read_status().get("state", "UNKNOWN") + " (no longer known to Slurm)"
+            rows.append([job_id, state, "", "", str(run.path)])
         else:
             rows.append([job_id, info.state, info.elapsed, info.nodes, str(run.path) if run else ""])
-    return rows
+    return rows, unknown
+
+
+def unknown_jobs_error(job_ids: list[str]) -> UsageError:
+    plural = "s" if len(job_ids) > 1 else ""
+    return UsageError(f"no job{plural} {', '.join(job_ids)} known to Slurm or to jaxlaunch (index: {jobs_index()}).\n"
+                      f"  fix: check the id{plural} with `squeue --me` or `jaxlaunch status`.")
+
+
+def status_rows(job_ids: list[str]) -> list[list[str]]:
+    return status_table(job_ids)[0]
 
 
 def known_job_ids() -> list[str]:
@@ -123,7 +136,10 @@ def wait_for_job(job_id: str, echo, poll_seconds: float = 1.0) -> scheduler.JobI
     while True:
         info, run = job_status(job_id)
         if info is None:
-            raise JaxlaunchError(f"job {job_id} disappeared from Slurm before it was seen to finish")
+            where = f" (run directory: {run.path})" if run is not None else ""
+            raise UsageError(f"job {job_id} is not known to Slurm{where}: it ended and was purged before it was "
+                             f"seen to finish, or the id is wrong.\n  fix: see `jaxlaunch logs {job_id}` and the "
+                             f"run directory's status.json.")
         if info.state != last:
             echo(f"job {job_id}: {info.state}")
             last = info.state
@@ -139,6 +155,17 @@ def log_path(job_id: str, rank: int | None) -> Path:
     run = find_run_dir(job_id)
     if rank is None:
         return run.path / f"slurm-{job_id}.out"
+    try:
+        processes = run.read_spec().num_processes
+    except (OSError, ValueError):
+        processes = None  # no readable spec.json: only the lower bound can be checked
+    if rank < 0 or (processes is not None and rank >= processes):
+        if processes is None:
+            has, valid = "ranks numbered from 0", "0 and up"
+        else:
+            valid = "0" if processes == 1 else f"0 to {processes - 1}"
+            has = f"{processes} rank{'s' if processes > 1 else ''}: {valid}"
+        raise UsageError(f"--rank {rank}: job {job_id} has {has}.\n  fix: pass --rank N with N in {valid}.")
     return run.rank_log(rank)
 
 
@@ -167,4 +194,8 @@ def stream_log(job_id: str, rank: int | None, follow: bool, write, poll_seconds:
 
 
 def cancel_job(job_id: str) -> None:
+    """scancel the job; an id Slurm does not know is an error (scancel itself exits 0 for it)."""
+    if scheduler.query_job(job_id) is None:
+        raise UsageError(f"job {job_id} is not known to Slurm: nothing to cancel.\n"
+                         f"  fix: check the id with `squeue --me` or `jaxlaunch status`.")
     scheduler.cancel(job_id)

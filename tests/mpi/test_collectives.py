@@ -126,6 +126,55 @@ def test_allgather_in_rank_order(world):
     np.testing.assert_array_equal(out["scalar"], np.arange(size, dtype=np.float32))
 
 
+def test_allgather_jax_leaves_in_rank_order(world):
+    """jax.Array leaves (single-device, scalar, half precision, per-device rows) come back in rank
+    order with their dtype; at MPI size 1 order cannot be seen, so this matters under mpirun -n 2."""
+    rank, size = world
+    stacked = jax.pmap(lambda v: v)(per_device_values(rank, base=0.0))
+    tree = {"rows": jnp.full((2, 3), rank, jnp.int32), "scalar": jnp.float32(rank),
+            "bf16": jnp.full((2,), rank + 0.5, jnp.bfloat16), "f16": jnp.array([rank, -rank], jnp.float16),
+            "stacked": stacked}
+    out = launcher.allgather(tree)
+    ranks = np.arange(size)
+    assert all(isinstance(leaf, jax.Array) for leaf in jax.tree_util.tree_leaves(out))
+    assert out["rows"].shape == (2 * size, 3) and out["rows"].dtype == jnp.int32
+    np.testing.assert_array_equal(np.asarray(out["rows"])[:, 0], np.repeat(ranks, 2))
+    np.testing.assert_array_equal(np.asarray(out["scalar"]), ranks.astype(np.float32))
+    assert out["bf16"].dtype == jnp.bfloat16 and out["f16"].dtype == jnp.float16
+    np.testing.assert_array_equal(np.asarray(out["bf16"], np.float32), np.repeat(ranks + 0.5, 2))
+    np.testing.assert_array_equal(np.asarray(out["f16"], np.float32), np.stack([ranks, -ranks], 1).ravel())
+    np.testing.assert_array_equal(np.asarray(out["stacked"]), np.arange(size * n_local(), dtype=np.float32))
+
+
+def test_allgather_half_precision_numpy_keeps_dtype(world):
+    import ml_dtypes
+    rank, size = world
+    out = launcher.allgather({"bf16": np.full(2, rank + 0.5, ml_dtypes.bfloat16),
+                              "f16": np.full(1, -rank, np.float16)})
+    assert out["bf16"].dtype == ml_dtypes.bfloat16 and out["f16"].dtype == np.float16
+    np.testing.assert_array_equal(out["bf16"].astype(np.float32), np.repeat(np.arange(size) + 0.5, 2))
+    np.testing.assert_array_equal(out["f16"], -np.arange(size, dtype=np.float16))
+
+
+def test_broadcast_keeps_half_precision_dtypes(world):
+    """bf16/f16 travel as float32 on the wire; what comes back must have the input's dtype."""
+    import ml_dtypes
+    rank, size = world
+    root = size - 1
+    tree = {"jax_bf16": jnp.full((3,), rank + 0.5, jnp.bfloat16), "jax_f16": jnp.full((2, 2), rank, jnp.float16),
+            "np_bf16": np.full(2, rank + 0.25, ml_dtypes.bfloat16), "np_f16": np.float16(rank),
+            "f32": jnp.full((1,), rank, jnp.float32)}
+    out = launcher.broadcast(tree, root=root)
+    for key, leaf in tree.items():
+        assert np.dtype(out[key].dtype) == np.dtype(leaf.dtype), key
+        assert np.shape(out[key]) == np.shape(leaf), key
+    np.testing.assert_array_equal(np.asarray(out["jax_bf16"], np.float32), np.full(3, root + 0.5))
+    np.testing.assert_array_equal(np.asarray(out["jax_f16"], np.float32), np.full((2, 2), root))
+    np.testing.assert_array_equal(out["np_bf16"].astype(np.float32), np.full(2, root + 0.25))
+    assert isinstance(out["np_f16"], np.float16) and float(out["np_f16"]) == root
+    assert isinstance(out["jax_bf16"], jax.Array) and isinstance(out["np_bf16"], np.ndarray)
+
+
 def test_barrier_returns():
     launcher.barrier()
 

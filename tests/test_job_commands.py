@@ -1,0 +1,95 @@
+"""status, logs, cancel and submit --wait on job ids: an unknown or malformed id, or a rank the job
+does not have, is exit 2 with a message that says so (no Slurm needed: the scheduler is stubbed)."""
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from launcher.cli import main
+from launcher.rundir import RunDirectory
+from launcher.slurm import jobs, scheduler
+from launcher.spec import JobSpec
+
+RUNNING = scheduler.JobInfo("77", "RUNNING", "RUNNING", False, "0:05", "2", "squeue")
+
+
+@pytest.fixture
+def slurm(monkeypatch, tmp_path):
+    """Slurm knows job 77 only; jaxlaunch's index knows 77 (run directory with 4 processes) and 78."""
+    monkeypatch.setenv(jobs.HOME_ENV, str(tmp_path / "home"))
+    cancelled = []
+    monkeypatch.setattr(scheduler, "query_job", lambda job_id: RUNNING if str(job_id) == "77" else None)
+    monkeypatch.setattr(scheduler, "cancel", cancelled.append)
+
+    def no_scontrol(argv, **kwargs):
+        raise scheduler.SchedulerError(argv, 1, "", "slurm_load_jobs error: Invalid job id specified")
+    monkeypatch.setattr(scheduler, "call_slurm", no_scontrol)
+    jobs.jobs_index().mkdir(parents=True)
+    for job_id in ("77", "78"):
+        run = RunDirectory.create(JobSpec(name="x", entrypoint="m:f", nodes=2, processes_per_node=2),
+                                  tmp_path / f"run{job_id}")
+        run.rank_log(3).write_text("rank 3 says hi\n")
+        run.update_status(state="COMPLETED")
+        (jobs.jobs_index() / f"{job_id}.json").write_text(json.dumps({"job_id": job_id, "run_dir": str(run.path)}))
+    return cancelled
+
+
+def invoke(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def test_cancel_an_unknown_job_is_exit_2(slurm):
+    result = invoke("cancel", "99999")
+    assert result.exit_code == 2 and slurm == []
+    assert result.output == ("Error: job 99999 is not known to Slurm: nothing to cancel.\n"
+                             "  fix: check the id with `squeue --me` or `jaxlaunch status`.\n")
+    result = invoke("cancel", "77")
+    assert result.exit_code == 0 and result.output == "cancelled job 77\n" and slurm == ["77"]
+
+
+@pytest.mark.parametrize("command", [["status"], ["cancel"], ["logs"], ["logs", "--rank", "0"]])
+@pytest.mark.parametrize("bad_id", ["abc", "12;rm", "-5", "1.5", ""])
+def test_a_malformed_job_id_is_a_usage_error(slurm, command, bad_id):
+    result = invoke(*command[:1], bad_id, *command[1:])
+    assert result.exit_code == 2
+    assert f"{bad_id!r} is not a Slurm job id" in result.output or "No such option" in result.output
+    assert slurm == []
+
+
+def test_status_of_an_unknown_job_is_exit_2_after_the_known_ones(slurm):
+    result = invoke("status", "77", "99999", "78")
+    assert result.exit_code == 2
+    table, error = result.output.split("Error: ")
+    assert table.splitlines()[2].split()[:2] == ["77", "RUNNING"]
+    assert table.splitlines()[3].split()[:3] == ["78", "COMPLETED", "(no"]
+    assert error.startswith("no job 99999 known to Slurm or to jaxlaunch")
+    assert invoke("status", "77").exit_code == 0
+
+
+@pytest.mark.parametrize("rank", [-1, 4, 1000])
+def test_logs_rank_outside_the_job_is_exit_2_naming_the_valid_range(slurm, rank):
+    result = invoke("logs", "77", "--rank", rank)
+    assert result.exit_code == 2
+    assert result.output == f"Error: --rank {rank}: job 77 has 4 ranks: 0 to 3.\n  fix: pass --rank N with N in 0 to 3.\n"
+
+
+def test_logs_rank_inside_the_job(slurm):
+    result = invoke("logs", "77", "--rank", 3)
+    assert result.exit_code == 0 and result.output == "rank 3 says hi\n"
+    result = invoke("logs", "77", "--rank", 0)  # a valid rank without a log yet
+    assert result.exit_code == 2 and "no log yet" in result.output
+
+
+def test_logs_of_an_unknown_job_is_exit_2(slurm):
+    result = invoke("logs", "99999")
+    assert result.exit_code == 2 and result.output.startswith("Error: no run directory known for job 99999")
+
+
+def test_submit_wait_for_a_job_slurm_does_not_know_is_exit_2(slurm, monkeypatch, write_spec, tmp_path):
+    monkeypatch.setattr(scheduler, "submit", lambda script: "99999")
+    result = invoke("submit", write_spec("name: x\nentrypoint: m:f\n"), "--run-dir", tmp_path / "new", "--wait")
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith("Submitted job 99999; run directory: ")
+    assert (f"Error: job 99999 is not known to Slurm (run directory: {tmp_path / 'new'}): it ended and was purged "
+            "before it was seen to finish, or the id is wrong.") in result.output
