@@ -9,8 +9,8 @@ The inputs: near-valid specs with hostile strings in every field, wrong types, h
 non-finite numbers, unicode and lone surrogates, YAML anchors/aliases/merge keys/tags, flow and
 block style, deep nesting, non-mapping and multi-document input, raw random text, and --set
 overrides of the same kinds. Runs are derandomized (the same examples on every run) so CI is
-reproducible: 1070 examples in all (700 + 250 + 120, of which about 100 run bash on a rendered
-script), about 25 s on the 2-core CI machine, well within the one-minute budget.
+reproducible: 1010 examples in all (700 + 250 + 60, of which about 50 run bash on a rendered
+script, each through the real supervisor), about 40 s on the 2-core CI machine, within the one-minute budget.
 """
 
 from __future__ import annotations
@@ -345,7 +345,7 @@ def stubs():
         yield record
 
 
-@settings(max_examples=120, **SETTINGS)
+@settings(max_examples=60, **SETTINGS)  # each example starts bash and the Python supervisor
 @given(spec_text=spec_dicts(wild=False, safe_setup_only=True).map(lambda d: json.dumps(d, ensure_ascii=True, allow_nan=False)
                                                        if _finite(d) else ""),
        sets=st.lists(tame_overrides, max_size=3))
@@ -363,7 +363,10 @@ def test_valid_specs_render_scripts_that_run_no_payload(stubs, spec_text, sets):
     sbatch_call = json.loads(stubs.read_text().splitlines()[0])
     assert Path(sbatch_call["argv"][0]).name == "sbatch" and sbatch_call["argv"][-1] == str(script)
     done = subprocess.run(["bash", str(script)], cwd=run.path, capture_output=True, text=True, timeout=20)
-    assert done.returncode == 0, done.stderr
+    # The script execs the real supervisor, which runs the stub launcher; no rank runs, so the
+    # supervisor reports a failed job, without a traceback.
+    assert done.returncode == 1 and "the launcher exited without an error" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
     assert not MARKER.exists() and not list(WORK.rglob("PWNED")), spec
     launch = json.loads(stubs.read_text().splitlines()[-1])
     assert Path(launch["argv"][0]).name == ("srun" if spec.slurm.launch == "srun" else "mpirun")
