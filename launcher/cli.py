@@ -119,10 +119,16 @@ def submit(spec, overrides, run_dir, dry_run, wait, parsable):
         return
     run = RunDirectory.create(job, run_dir)
     job_id = submit_job(job, run)
-    click.echo(job_id if parsable else f"Submitted job {job_id}; run directory: {run.path}")
+    # With --wait, stdout is for the result, as with `run`; the job id goes to stderr with the progress.
+    click.echo(job_id if parsable else f"Submitted job {job_id}; run directory: {run.path}", err=wait)
     if wait:
+        from .supervisor import EXIT_TIMEOUT, result_text
+
         info = wait_for_job(job_id, echo=lambda m: click.echo(m, err=True))
-        sys.exit(0 if info.state == "COMPLETED" else 1)
+        text = result_text(run) if info.state == "COMPLETED" else None
+        if text is not None:
+            click.echo(text)
+        sys.exit({"COMPLETED": 0, "TIMEOUT": EXIT_TIMEOUT}.get(info.state, 1))
 
 
 def _job_ids(ctx, param, value):

@@ -27,9 +27,10 @@ def test_normalize_on_two_nodes(slurm_env, tmp_path, launch):
     run_dir = tmp_path / "run"
     result = run_ok("submit", JOBS / "normalize.yaml", "--set", "nodes=2", "--set", f"slurm.launch={launch}",
                     "--wait", "--run-dir", run_dir, env=slurm_env)
-    job_id = result.stdout.split()[2].rstrip(";")
-    assert result.stdout == f"Submitted job {job_id}; run directory: {run_dir}\n"
+    job_id = result.stderr.split()[2].rstrip(";")
+    assert result.stderr.startswith(f"Submitted job {job_id}; run directory: {run_dir}\n")
     assert f"job {job_id}: COMPLETED" in result.stderr
+    assert json.loads(result.stdout) == json.loads((run_dir / "result.json").read_text())  # the result on stdout
     values = read_values(run_dir)
     assert len(values) == 4 and len(set(values)) == 4
     assert abs(sum(values) - 1) < 1e-6
@@ -166,13 +167,13 @@ def test_timeout_is_enforced_inside_the_batch_job_with_a_hang_report(slurm_env, 
     result = jaxlaunch("submit", MISBEHAVE, "--wait", "--run-dir", run_dir, "--set", "params.how=hang",
                        "--set", "timeout=10", "--set", "nodes=2", "--set", "processes_per_node=1",
                        env=slurm_env, timeout=180)
-    assert result.returncode == 1, result.stderr
+    assert result.returncode == 124, result.stderr  # as `jaxlaunch run`
     status = json.loads((run_dir / "status.json").read_text())
     assert status["state"] == "TIMEOUT" and status["exit_code"] == 124
     assert status["ended"] - status["started"] < 20
     assert "TIMEOUT: timed out after 10 s" in result.stderr
     assert "in allreduce #2" in result.stderr and "stuck_outside_collectives" in result.stderr
-    job_id = result.stdout.split()[2].rstrip(";")
+    job_id = result.stderr.split()[2].rstrip(";")
     shown = run_ok("status", job_id, env=slurm_env).stdout
     assert shown.splitlines()[2].split()[1] == "TIMEOUT"
     assert f"job {job_id} TIMEOUT: timed out after 10 s" in shown
@@ -186,7 +187,7 @@ def test_status_of_a_failed_job_names_the_rank(slurm_env, tmp_path):
     result = jaxlaunch("submit", MISBEHAVE, "--wait", "--run-dir", run_dir, "--set", "nodes=2",
                        "--set", "processes_per_node=1", env=slurm_env, timeout=180)
     assert result.returncode == 1
-    job_id = result.stdout.split()[2].rstrip(";")
+    job_id = result.stderr.split()[2].rstrip(";")
     shown = run_ok("status", job_id, env=slurm_env).stdout
     assert f"job {job_id} FAILED: rank 1 on node2 failed first: RuntimeError: rank 1 failed on purpose" in shown
 
