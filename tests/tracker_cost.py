@@ -5,7 +5,7 @@ median per call. One process, no mpirun:
     .venv/bin/python tests/tracker_cost.py
 """
 import statistics, time
-import jax, jax.numpy as jnp
+import jax.numpy as jnp
 import launcher
 from launcher.runtime import monitor
 

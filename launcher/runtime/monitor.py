@@ -24,7 +24,6 @@ and an attribute store (blocking mpi4py calls also read the clock).
 
 from __future__ import annotations
 
-import collections
 import faulthandler
 import json
 import os
