@@ -31,11 +31,16 @@ def _user_errors(command):
     return wrapper
 
 
-def spec_options(command):
+def spec_options(command=None, *, required=True):
     """SPEC plus the --set overrides and --print-spec that every command reading a spec takes."""
+    if command is None:
+        return functools.partial(spec_options, required=required)
+
     @functools.wraps(command)
     @_user_errors
     def print_or_run(*args, print_spec, **kwargs):
+        if print_spec and kwargs["spec"] is None:
+            raise click.UsageError("--print-spec needs SPEC")
         if print_spec:
             from .spec import describe_spec, load_spec
             click.echo(describe_spec(load_spec(kwargs["spec"], kwargs["overrides"])))
@@ -46,7 +51,7 @@ def spec_options(command):
                                 help="Print every resolved spec value with its type, and exit.")(print_or_run)
     print_or_run = click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
                                 help="Override a spec key, dotted for nested keys (e.g. slurm.partition=gpu).")(print_or_run)
-    return click.argument("spec", type=click.Path(dir_okay=False))(print_or_run)
+    return click.argument("spec", type=click.Path(dir_okay=False), required=required)(print_or_run)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -56,16 +61,25 @@ def main():
 
 
 @main.command()
-@spec_options
+@spec_options(required=False)
 @click.option("--run-dir", type=click.Path(file_okay=False), help="Run directory (default: runs/NAME-TIME).")
 @click.option("--dry-run", is_flag=True, help="Print the command and environment; run nothing.")
+@click.option("--resume", "resume_dir", type=click.Path(file_okay=False), metavar="RUN_DIR",
+              help="Continue a preempted, failed or cancelled run in its own run directory (with its spec).")
 @_user_errors
-def run(spec, overrides, run_dir, dry_run):
+def run(spec, overrides, run_dir, dry_run, resume_dir):
     """Run SPEC on this machine: nodes x processes_per_node processes under mpirun."""
-    from .local import find_mpirun, plan_local_run, run_local
+    from .local import find_mpirun, plan_local_run, resume_local, run_local
     from .rundir import RunDirectory
     from .spec import load_spec
 
+    if resume_dir is not None:
+        if spec is not None or overrides or run_dir is not None or dry_run:
+            raise click.UsageError("--resume RUN_DIR runs the spec saved in RUN_DIR: give no SPEC, --set, "
+                                   "--run-dir or --dry-run with it")
+        sys.exit(resume_local(resume_dir, echo=lambda m: click.echo(m, err=True), print_result=click.echo))
+    if spec is None:
+        raise click.UsageError("missing SPEC (or --resume RUN_DIR)")
     job = load_spec(spec, overrides)
     if dry_run:
         plan = plan_local_run(job, RunDirectory.preview(job, run_dir), find_mpirun(), sys.executable,
@@ -146,7 +160,8 @@ def status(job_ids):
     """Show state, elapsed time, nodes and run directory of jobs (default: those jaxlaunch submitted)."""
     from tabulate import tabulate
 
-    from .slurm.jobs import failure_lines, find_run_dir, known_job_ids, status_table, unknown_jobs_error
+    from .slurm.jobs import (failure_lines, find_run_dir, known_job_ids, requeue_line, status_table,
+                             unknown_jobs_error)
 
     ids = list(job_ids) or known_job_ids()[:20]
     if not ids:
@@ -156,8 +171,12 @@ def status(job_ids):
     if rows:
         click.echo(tabulate(rows, headers=["JOBID", "STATE", "ELAPSED", "NODES", "RUN DIR"]))
     for row in rows:
+        run = find_run_dir(row[0]) if row[4] else None
+        requeued = requeue_line(run)
+        if requeued:
+            click.echo(f"job {row[0]} {requeued}")
         if job_ids and row[1] in ("FAILED", "TIMEOUT", "CANCELLED"):  # explain the jobs asked about
-            for line in failure_lines(find_run_dir(row[0])):
+            for line in failure_lines(run):
                 click.echo(f"job {row[0]} {line}")
     if unknown:
         raise unknown_jobs_error(unknown)

@@ -68,16 +68,17 @@ def plan_local_run(spec: JobSpec, run: RunDirectory, mpirun: str, python: str, i
     return LaunchPlan(argv=argv, env=env)
 
 
-def run_local(spec: JobSpec, run: RunDirectory, echo=print, print_result=print) -> int:
+def run_local(spec: JobSpec, run: RunDirectory, echo=print, print_result=print, resume: bool = False) -> int:
     """Run the job to completion under the supervisor; returns the exit code for `jaxlaunch run`:
-    0 completed, 1 failed, 124 timed out (or hung, with collective_timeout), 128+N stopped by signal N.
+    0 completed, 1 failed, 124 timed out (or hung, with collective_timeout), 75 checkpointed and
+    stopped on a preemption notice (SIGUSR2), 128+N stopped by signal N.
     Progress goes to `echo`, the result (one line of JSON) to `print_result`."""
     from .supervisor import describe_outcome, result_text, supervise
 
     plan = plan_local_run(spec, run, find_mpirun(), sys.executable, os.geteuid() == 0)
     started = time.time()
     run.update_status(backend="local", command=plan.argv)
-    outcome = supervise(spec, run, plan.argv, plan.env, echo=echo)
+    outcome = supervise(spec, run, plan.argv, plan.env, echo=echo, resume=resume)
     for line in describe_outcome(spec, run, outcome, time.time() - started):
         echo(line)
     if outcome.state == "COMPLETED":
@@ -85,3 +86,26 @@ def run_local(spec: JobSpec, run: RunDirectory, echo=print, print_result=print) 
         if text is not None:
             print_result(text)
     return outcome.exit_code
+
+
+RESUMABLE_STATES = ("PREEMPTED", "FAILED", "CANCELLED", "TIMEOUT")
+
+
+def resume_local(path: str | Path, echo=print, print_result=print) -> int:
+    """`jaxlaunch run --resume RUN_DIR`: run the spec saved in RUN_DIR again, in RUN_DIR; the job's
+    `ctx.checkpoints.restore()` finds what the earlier attempts saved."""
+    from .supervisor.processes import job_processes
+
+    run = RunDirectory(path)
+    if not run.spec_file.exists():
+        raise UsageError(f"--resume {path}: not a run directory (no spec.json there)")
+    state = run.read_status().get("state")
+    if state == "COMPLETED":
+        raise UsageError(f"--resume {path}: that run COMPLETED; there is nothing to continue")
+    live = job_processes(run.path)
+    if live:
+        raise UsageError(f"--resume {path}: the run is still going (processes {', '.join(map(str, live[:5]))}); "
+                         f"stop it first (kill -USR2 to checkpoint and stop)")
+    spec = run.read_spec()
+    echo(f"jaxlaunch: resuming {run.path} (was {state or 'unknown'})")
+    return run_local(spec, run, echo=echo, print_result=print_result, resume=True)

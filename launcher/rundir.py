@@ -10,6 +10,8 @@ Layout (the same for local runs and Slurm jobs):
     logs/attempt-K/     the logs of attempt K, moved there when the job restarts (max_restarts)
     control/            files the supervisor and the ranks exchange (see launcher/runtime/monitor.py)
     failure.json        the root cause of a failed, timed-out or cancelled job (schema in README)
+    checkpoints/step-N/ what ctx.checkpoints.save wrote (launcher/runtime/checkpoints.py)
+    events.jsonl        the run's timeline: notices, checkpoints, requeues, resumes
     result.json         what the entrypoint returned on rank 0 (arrays in result.npz)
 """
 
@@ -149,6 +151,32 @@ class RunDirectory:
 
     def failed_ranks(self) -> list[int]:
         return sorted(int(p.stem.split("-")[1]) for p in self.logs.glob("rank-*.error"))
+
+    events_file = property(lambda self: self.path / "events.jsonl")
+
+    def log_event(self, event: str, **fields) -> None:
+        """Append one line to events.jsonl, the run's timeline (notices, checkpoints, requeues,
+        resumes). One write of one short line with O_APPEND, so writers on several ranks interleave
+        whole lines."""
+        line = json.dumps({"time": time.time(), "event": event, **fields}, sort_keys=True) + "\n"
+        try:
+            with open(self.events_file, "a") as handle:
+                handle.write(line)
+        except OSError:
+            pass  # the timeline is for people; never fail a job over it
+
+    def read_events(self) -> list[dict]:
+        try:
+            lines = self.events_file.read_text().splitlines()
+        except FileNotFoundError:
+            return []
+        events = []
+        for line in lines:
+            try:
+                events.append(json.loads(line))
+            except ValueError:
+                continue
+        return events
 
     def read_json_files(self, folder: Path, pattern: str) -> list[dict]:
         """Every JSON file matching `pattern` in `folder` that parses (a half-written one is skipped)."""

@@ -92,6 +92,14 @@ class SlurmSpec(_Strict):
         "mpirun", description="'mpirun' inside the allocation, or 'srun' with the cluster's PMI"
     )
     srun_mpi: str = Field("pmix", description="srun --mpi plugin used when launch is srun")
+    max_requeues: int = Field(
+        3, ge=0, description="requeues after a preemption or time-limit notice (counted apart in status); "
+                             "once spent the job ends FAILED"
+    )
+    checkpoint_notice: Duration = Field(
+        90, description="how long before the time limit Slurm warns the job (sbatch --signal=B:USR2@...), so "
+                        "it can checkpoint and requeue: seconds, '2m', ..."
+    )
     extra: list[str] = Field(
         default_factory=list, description="extra #SBATCH directives, each like '--mem=8G'"
     )
@@ -133,6 +141,9 @@ class JobSpec(_Strict):
     )
     max_restarts: int = Field(
         0, ge=0, description="restarts of the whole job after a failure (ctx.attempt tells the job which attempt)"
+    )
+    keep_checkpoints: int = Field(
+        2, ge=1, description="how many of the newest checkpoints ctx.checkpoints keeps in RUN_DIR/checkpoints"
     )
     slurm: SlurmSpec = Field(default_factory=SlurmSpec, description="settings for `jaxlaunch submit`")
 
@@ -552,7 +563,7 @@ def resolve_run_dir(spec: JobSpec, spec_dir: Path) -> JobSpec:
 def describe_spec(spec: JobSpec) -> str:
     """Every resolved value of the spec, one per line with its type (`params.lr = 0.001  (float)`),
     so a user can see what the file, the defaults and each --set produced."""
-    durations = {("timeout",), ("slurm", "time")}
+    durations = {("timeout",), ("collective_timeout",), ("slurm", "time"), ("slurm", "checkpoint_notice")}
     names = {str: "str", int: "int", float: "float", bool: "bool", type(None): "null", list: "list", dict: "dict"}
     lines = []
 

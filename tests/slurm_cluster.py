@@ -189,6 +189,8 @@ class LocalSlurmCluster:
         debug: str = "info",
         min_job_age: int = 3600,
         extra_conf: Iterable[str] = (),
+        grace_time: int = 30,
+        cred_expire: int = 10,
     ) -> None:
         self.base_dir = Path(base_dir).absolute()
         self.cpus_per_node = cpus_per_node
@@ -197,6 +199,8 @@ class LocalSlurmCluster:
         self.debug = debug
         self.min_job_age = min_job_age
         self.extra_conf = list(extra_conf)
+        self.grace_time = grace_time
+        self.cred_expire = cred_expire
         self.cluster_id = uuid.uuid4().hex[:10]
         self.cluster_name = "jl" + self.cluster_id[:8]
         self.hostname = socket.gethostname().split(".")[0]
@@ -434,8 +438,9 @@ class LocalSlurmCluster:
             "AuthType=auth/munge",
             "CredType=cred/munge",
         ]
-        if self._munge_socket:
-            lines.append(f"AuthInfo=socket={self._munge_socket}")
+        # cred_expire also delays a requeued job's restart (default 120 s): short, for fast tests.
+        auth_info = [f"socket={self._munge_socket}"] if self._munge_socket else []
+        lines.append("AuthInfo=" + ",".join(auth_info + [f"cred_expire={self.cred_expire}"]))
         lines += [
             "SlurmUser=root",
             "SlurmdUser=root",
@@ -466,7 +471,9 @@ class LocalSlurmCluster:
             "SchedulerType=sched/backfill",
             # Default batch_sched_delay=3 starts batch jobs on a 3 s cadence; with 0 a job
             # starts ~1 s after sbatch (measured: 'true' job submit->COMPLETED ~1 s vs 2-3 s).
-            "SchedulerParameters=batch_sched_delay=0",
+            # bf_interval=2: a requeued job is started by the backfill pass once its begin time
+            # passes; with the default 30 s it waits up to half a minute more.
+            "SchedulerParameters=batch_sched_delay=0,bf_interval=2",
             "AccountingStorageType=accounting_storage/none",
             "JobAcctGatherType=jobacct_gather/none",
             "JobCompType=jobcomp/none",
@@ -481,14 +488,20 @@ class LocalSlurmCluster:
             # Finished jobs stay visible to `scontrol show job` this long (no slurmdbd/sacct).
             f"MinJobAge={self.min_job_age}",
             "MailProg=/bin/true",
+            "PreemptType=preempt/partition_prio",
+            "PreemptMode=REQUEUE",
             *self.extra_conf,
         ]
         for node, port in self.node_ports.items():
             lines.append(
                 f"NodeName={node} NodeHostname={self.hostname} NodeAddr=127.0.0.1 Port={port} "
                 f"CPUs={self.cpus_per_node} RealMemory={self.real_memory} State=UNKNOWN")
+        # Preemption: a job in `urgent` (exclusive nodes, higher tier) requeues the jobs of
+        # `debug` that hold its nodes; they get SIGTERM, then SIGKILL after GraceTime.
         lines.append(f"PartitionName=debug Nodes={','.join(self.NODES)} Default=YES "
-                     "OverSubscribe=FORCE MaxTime=INFINITE State=UP")
+                     f"OverSubscribe=FORCE MaxTime=INFINITE State=UP PriorityTier=1 GraceTime={self.grace_time}")
+        lines.append(f"PartitionName=urgent Nodes={','.join(self.NODES)} OverSubscribe=EXCLUSIVE "
+                     "MaxTime=INFINITE State=UP PriorityTier=2 PreemptMode=OFF")
         (self.base_dir / "slurm.conf").write_text("\n".join(lines) + "\n")
         # Own (empty) plugstack.conf: do not load SPANK plugins from /etc/slurm.
         (self.base_dir / "plugstack.conf").write_text("")

@@ -51,7 +51,7 @@ def test_misspelled_key_names_file_line_key_and_valid_keys(write_spec):
     message = error_of(write_spec, path.read_text())
     assert message == (
         f"{path}:3: nodez: unknown key.\n"
-        "  valid keys: collective_timeout, devices_per_process, entrypoint, env, jax_distributed, max_restarts, "
+        "  valid keys: collective_timeout, devices_per_process, entrypoint, env, jax_distributed, keep_checkpoints, max_restarts, "
         "name, nodes, params, platform, processes_per_node, run_dir, setup, slurm, timeout\n"
         "  fix: did you mean 'nodes'? rename or remove the key.")
 
@@ -59,7 +59,7 @@ def test_misspelled_key_names_file_line_key_and_valid_keys(write_spec):
 def test_nested_unknown_key_lists_the_section_keys(write_spec):
     message = error_of(write_spec, "name: x\nentrypoint: m:f\nslurm:\n  partiton: gpu\n")
     assert ":4: slurm.partiton: unknown key." in message
-    assert "valid keys under slurm: account, cpus_per_task, extra" in message
+    assert "valid keys under slurm: account, checkpoint_notice, cpus_per_task, extra" in message
     assert "did you mean 'partition'?" in message
 
 

@@ -117,6 +117,9 @@ def main() -> None:
     from .output import RankOutput
     from .topology import Topology, local_rank_from_env, node_index_from_local_ranks
 
+    from .preemption import NOTICE, install_usr2_handler
+
+    install_usr2_handler()  # a preemption notice, before anything else can be interrupted by it
     comm = MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()
     output = run = None
@@ -152,10 +155,15 @@ def main() -> None:
                                f"{spec.devices_per_process}: {devices}")
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s",
                             stream=sys.stderr)
+        from .checkpoints import Checkpoints
+
+        mesh = Mesh(np.array(devices), (DEVICE_AXIS,))
         ctx = JobContext(rank=rank, size=size, local_rank=local_rank, local_size=local_size or 1,
                          node_index=node_index, num_nodes=num_nodes, local_devices=devices,
-                         mesh=Mesh(np.array(devices), (DEVICE_AXIS,)), run_dir=run.path,
-                         params=dict(spec.params), attempt=int(os.environ.get(ATTEMPT_ENV, "0")))
+                         mesh=mesh, run_dir=run.path,
+                         params=dict(spec.params), attempt=int(os.environ.get(ATTEMPT_ENV, "0")),
+                         checkpoints=Checkpoints(run.path / "checkpoints", keep=spec.keep_checkpoints, rank=rank,
+                                                 comm=comm.Clone(), devices=devices, mesh=mesh))
         function = load_entrypoint(spec.entrypoint)
         started = time.perf_counter()
         try:
@@ -169,9 +177,16 @@ def main() -> None:
         collectives.wait_pending() if collectives else jax.effects_barrier()
         monitor.stop()
         write_done(run, rank)
-        if rank == 0:
-            write_result(run, value)
-        ctx.logger.info("entrypoint finished in %.2f s", time.perf_counter() - started)
+        if NOTICE.agreed is not None:
+            # Stopped at the agreed point after a preemption notice: the work is not finished,
+            # so there is no result; the run resumes from its checkpoint.
+            ctx.logger.info("stopped after a preemption notice (%s) at should_stop() call %d, after %.2f s",
+                            ", ".join(NOTICE.agreed["sources"]), NOTICE.agreed["call"],
+                            time.perf_counter() - started)
+        else:
+            if rank == 0:
+                write_result(run, value)
+            ctx.logger.info("entrypoint finished in %.2f s", time.perf_counter() - started)
         output.stop()
     except SystemExit as exc:
         _fail(comm, output, run, rank, exc, exc.code if isinstance(exc.code, int) and exc.code else 1)

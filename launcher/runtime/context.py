@@ -23,8 +23,17 @@ class JobContext:
     mesh: Any                  # jax.sharding.Mesh over local_devices, axis DEVICE_AXIS
     run_dir: Path
     params: dict = field(default_factory=dict)
-    attempt: int = 0           # 0 on the first attempt; +1 for each restart (max_restarts), to resume from
+    attempt: int = 0           # 0 on the first attempt; +1 for each restart, requeue or --resume
     logger: logging.Logger = field(default_factory=lambda: logging.getLogger("jaxlaunch.job"))
+    checkpoints: Any = None    # launcher.runtime.checkpoints.Checkpoints over RUN_DIR/checkpoints
+
+    def should_stop(self) -> bool:
+        """True on every rank at the same call once any rank got a preemption notice (Slurm's
+        time-limit warning or preemption, SIGUSR2). Call it once per step on every rank; when it
+        is True, save a checkpoint and return. See launcher/runtime/preemption.py."""
+        from .preemption import should_stop
+
+        return should_stop()
 
     @property
     def is_main(self) -> bool:

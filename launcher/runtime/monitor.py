@@ -164,6 +164,7 @@ class RankMonitor:
         self.main_thread = threading.main_thread().ident
         self.answered_stop = False
         self.requested_abort = False
+        self.reported_notice = False
         self._stop = threading.Event()
         self._dump_fd = None
 
@@ -187,6 +188,7 @@ class RankMonitor:
         arrays while the runtime is torn down aborts the process."""
         self._stop.set()
         self._thread.join(timeout=5)
+        self.report_notice()  # a notice that came after the last poll
         self.tracker.latest = self.tracker._snapshot = None
 
     def _loop(self) -> None:
@@ -197,10 +199,15 @@ class RankMonitor:
                 os.write(self._dump_fd, f"jaxlaunch monitor: {exc!r}\n".encode())
 
     def check(self) -> None:
+        from .preemption import NOTICE, NOTICE_FILE, SOURCES
+
         stop = self.run.control / "stop.json"
         if not self.answered_stop and stop.exists():
-            self.answered_stop = True
+            self.answered_stop = NOTICE.stopping = True
             self.report_state(_read_json(stop).get("reason", "stop"))
+        if not NOTICE.sources & SOURCES["supervisor"] and (self.run.control / NOTICE_FILE).exists():
+            NOTICE.set("supervisor")
+        self.report_notice()
         if self.requested_abort:
             return
         waiting = self.tracker.oldest_waiting()
@@ -223,6 +230,21 @@ class RankMonitor:
                     f"rank {peer} left main after {record['collectives']} collectives, while rank {self.rank} "
                     f"waits in {name} #{seq}", culprit=peer)
                 return
+
+    def report_notice(self) -> None:
+        """Tell the supervisor a notice reached this rank, even if the job then dies before it can
+        stop (mpirun mode: Slurm's SIGTERM also ends mpirun)."""
+        from .preemption import NOTICE
+
+        if NOTICE.sources and not self.reported_notice:
+            self.reported_notice = True
+            from ..rundir import atomic_write_json
+
+            sources = NOTICE.names(NOTICE.sources)
+            atomic_write_json(self.run.control / f"notice-rank-{self.rank}.json",
+                              {"rank": self.rank, "sources": sources, "time": NOTICE.received})
+            if sources != ["supervisor"]:  # the supervisor logged its own notice
+                self.run.log_event("notice", source=",".join(sources), rank=self.rank, received=NOTICE.received)
 
     def state(self, reason: str) -> dict:
         waiting = self.tracker.oldest_waiting()
@@ -256,11 +278,13 @@ class RankMonitor:
 
 
 def write_done(run, rank: int, tracker: CollectiveTracker = TRACKER) -> None:
-    """Mark that this rank's entrypoint returned, after `tracker.count` collectives."""
+    """Mark that this rank's entrypoint returned, after `tracker.count` collectives; `stopped` says
+    it returned at an agreed preemption stop (should_stop() was True), not at the end of the work."""
     from ..rundir import atomic_write_json
+    from .preemption import NOTICE
 
     atomic_write_json(run.control / f"done-rank-{rank}.json",
-                      {"rank": rank, "collectives": tracker.count, "time": time.time()})
+                      {"rank": rank, "collectives": tracker.count, "time": time.time(), "stopped": NOTICE.agreed})
 
 
 def _read_json(path: Path) -> dict:

@@ -99,6 +99,20 @@ def failure_lines(run: RunDirectory | None) -> list[str]:
     return summary_lines(failure, run.path)
 
 
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def requeue_line(run: RunDirectory | None) -> str | None:
+    """'requeued 2 times: 1 preemption, 1 time limit' for a job that requeued itself, else None."""
+    status = run.read_status() if run is not None else {}
+    requeues = int(status.get("requeues", 0))
+    if not requeues:
+        return None
+    return (f"requeued {_count(requeues, 'time')}: {_count(int(status.get('preemptions', 0)), 'preemption')}, "
+            f"{_count(int(status.get('timeouts', 0)), 'time limit')}")
+
+
 def status_table(job_ids: list[str]) -> tuple[list[list[str]], list[str]]:
     """(rows for the known jobs, ids neither Slurm nor jaxlaunch's index knows)."""
     rows, unknown = [], []

@@ -67,6 +67,10 @@ def sbatch_directives(spec: JobSpec, run_dir: Path, workdir: Path) -> list[str]:
         ("chdir", workdir),
         ("output", run_dir / "slurm-%j.out"),
         ("error", run_dir / "slurm-%j.out"),  # one combined stream, as `jaxlaunch logs` shows it
+        # A requeued job runs the script again: keep the earlier allocations' output.
+        ("open-mode", "append"),
+        # B: the batch shell is the supervisor (exec), which tells every rank; USR1 is NCCL's.
+        ("signal", f"B:USR2@{slurm.checkpoint_notice}"),
     ]
     if spec.platform == "gpu":
         if slurm.gres:
@@ -74,6 +78,7 @@ def sbatch_directives(spec: JobSpec, run_dir: Path, workdir: Path) -> list[str]:
         else:
             options.append(("gpus-per-node", slurm.gpus_per_node or spec.processes_per_node * spec.devices_per_process))
     lines = [f"--{key}={quote_sbatch(value)}" for key, value in options if value is not None]
+    lines.append("--requeue" if slurm.max_requeues else "--no-requeue")
     for extra in slurm.extra:
         key, sep, value = extra.partition("=")
         lines.append(f"{key}={quote_sbatch(value)}" if sep else quote_sbatch(key))

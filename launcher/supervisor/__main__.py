@@ -8,6 +8,7 @@ import sys
 import time
 
 from ..rundir import RunDirectory
+from .requeue import slurm_job_id
 from .supervise import describe_outcome, supervise
 
 
@@ -18,7 +19,9 @@ def main(argv: list[str]) -> int:
     run = RunDirectory(argv[0])
     spec = run.read_spec()
     started = time.time()
-    outcome = supervise(spec, run, argv[2:], {}, echo=lambda m: print(m, file=sys.stderr, flush=True))
+    # Always "resume": a requeued job runs this script again, in the same run directory.
+    outcome = supervise(spec, run, argv[2:], {}, echo=lambda m: print(m, file=sys.stderr, flush=True),
+                        slurm_job_id=slurm_job_id(), resume=True)
     for line in describe_outcome(spec, run, outcome, time.time() - started):
         print(line, file=sys.stderr, flush=True)
     return outcome.exit_code

@@ -8,6 +8,9 @@ output, and watches for, whichever comes first:
 - the job's `timeout` (exit code 124, with a hang report);
 - a rank asking for the job to stop (collective watchdog, a rank that left `main` early);
 - SIGTERM, SIGHUP or SIGINT to the supervisor (exit code 128 + signal).
+SIGUSR2 is a preemption notice, not a stop: it is passed to every rank (control/preempt.json),
+which checkpoint and return at their next agreed `ctx.should_stop()`; the run then ends PREEMPTED
+(locally) or requeues itself (in a Slurm job; see requeue.py).
 Before a stop it asks every rank for its stacks and state (control/stop.json, answered by each
 rank's monitor thread; see launcher/runtime/monitor.py), then ends the launcher's process group and
 any process of the job that is left on this machine. It writes failure.json and status.json, and
@@ -39,6 +42,10 @@ TERMINATE_SECONDS = 5.0   # SIGTERM to the launcher's process group, then SIGKIL
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 
 EXIT_COMPLETED, EXIT_FAILED, EXIT_TIMEOUT = 0, 1, 124  # like coreutils' `timeout`
+# Checkpointed and stopped on a preemption notice; `jaxlaunch run --resume` continues it.
+# 75 is EX_TEMPFAIL (sysexits.h): "try again later".
+EXIT_PREEMPTED = 75
+NOTICE_SIGNAL = signal.SIGUSR2
 # Why the supervisor stopped a job -> the job's state.
 STOP_STATES = {"timeout": "TIMEOUT", "collective_timeout": "TIMEOUT", "left_early": "FAILED",
                "cancelled": "CANCELLED"}
@@ -54,8 +61,10 @@ class Outcome:
 
 
 def exit_code_for(state: str, stop_signal: int | None = None) -> int:
-    if state == "COMPLETED":
+    if state in ("COMPLETED", "REQUEUED"):
         return EXIT_COMPLETED
+    if state == "PREEMPTED":
+        return EXIT_PREEMPTED
     if state == "TIMEOUT":
         return EXIT_TIMEOUT
     if state == "CANCELLED":
@@ -75,11 +84,18 @@ def _write_to_stderr(data: bytes) -> None:
 
 class Supervisor:
     def __init__(self, spec: JobSpec, run: RunDirectory, argv: list[str], env: dict[str, str],
-                 echo=print, write_output=_write_to_stderr):
+                 echo=print, write_output=_write_to_stderr, slurm_job_id: str | None = None,
+                 resume: bool = False):
         self.spec, self.run, self.argv, self.env = spec, run, argv, env
         self.echo, self.write_output = echo, write_output
         self.stop_signal: int | None = None
         self.deadline = None
+        # Inside a Slurm batch job: preempted runs requeue themselves (requeue.py).
+        self.slurm_job_id = slurm_job_id
+        # Continue an earlier run in this run directory (`run --resume`, or a requeued batch job).
+        self.resume = resume
+        self.notice_time: float | None = None   # when SIGUSR2 reached the supervisor
+        self.notice_sent = False
 
     # --- the whole job ---------------------------------------------------------------------
 
@@ -87,27 +103,68 @@ class Supervisor:
         started = time.time()
         if self.spec.timeout:
             self.deadline = time.monotonic() + self.spec.timeout
+        first = self._continue_earlier_run() if self.resume else 0
+        if isinstance(first, Outcome):
+            return first  # requeued too often: ended before starting anything
         previous = self._install_signal_handlers()
         try:
-            attempt = 0
+            attempt = first
             while True:
-                self.run.update_status(state="RUNNING", attempts=attempt + 1, restarts=attempt,
+                self.run.update_status(state="RUNNING", attempts=attempt + 1, restarts=attempt - first,
                                        started=started, attempt_started=time.time())
                 state, failure, stop_reason = self._attempt(attempt)
-                if state == "COMPLETED" or stop_reason in NO_RESTART or attempt >= self.spec.max_restarts:
+                if state == "PREEMPTED":
+                    state, failure = self._after_preemption(failure)
+                    break
+                if (state == "COMPLETED" or stop_reason in NO_RESTART
+                        or attempt - first >= self.spec.max_restarts):
                     break
                 self.echo(f"jaxlaunch: attempt {attempt} {state}: {failure['summary']}")
-                self.echo(f"jaxlaunch: restarting the job ({attempt + 1} of {self.spec.max_restarts} restarts)")
+                self.echo(f"jaxlaunch: restarting the job ({attempt - first + 1} of {self.spec.max_restarts} "
+                          f"restarts)")
                 self._archive_attempt(attempt)
                 attempt += 1
         finally:
             self._restore_signal_handlers(previous)
-        if state == "COMPLETED":
+        if state in ("COMPLETED", "PREEMPTED", "REQUEUED"):
             self.run.failure_file.unlink(missing_ok=True)
         exit_code = exit_code_for(state, self.stop_signal)
-        self.run.update_status(state=state, exit_code=exit_code, ended=time.time(),
-                               reason=None if failure is None else failure["summary"])
+        reason = None if failure is None else failure["summary"]
+        self.run.update_status(state=state, exit_code=exit_code, ended=time.time(), reason=reason)
+        if state == "REQUEUED":
+            self._requeue_now()
         return Outcome(state, exit_code, failure, attempt + 1)
+
+    def _continue_earlier_run(self) -> "int | Outcome":
+        """Pick up where the run directory's last attempt ended: its logs go to logs/attempt-K/,
+        attempt numbers (ctx.attempt) go on. In a requeued batch job, count requeues Slurm made
+        without us (a preemption that killed the job before it could stop) and end the job if
+        the limit is spent. Returns the first attempt number, or the final Outcome."""
+        status = self.run.read_status()
+        attempts = int(status.get("attempts", 0))
+        if attempts:
+            self._archive_attempt(attempts - 1)
+        if self.slurm_job_id is not None:
+            from .requeue import RESTART_COUNT_ENV
+
+            restarts = int(os.environ.get(RESTART_COUNT_ENV, "0") or 0)
+            requeues = int(status.get("requeues", 0))
+            if restarts > requeues:
+                extra = restarts - requeues
+                self.run.update_status(requeues=restarts, preemptions=int(status.get("preemptions", 0)) + extra)
+                self.run.log_event("requeued_by_slurm", count=extra, restart_count=restarts)
+                requeues = restarts
+            if requeues > self.spec.slurm.max_requeues:
+                failure = self._requeue_limit_failure(requeues, "preemption", attempts)
+                self.run.update_status(state="FAILED", exit_code=EXIT_FAILED, ended=time.time(),
+                                       reason=failure["summary"])
+                return Outcome("FAILED", EXIT_FAILED, failure, attempts)
+            if restarts:
+                self.echo(f"jaxlaunch: requeued job restarting (requeue {restarts} of at most "
+                          f"{self.spec.slurm.max_requeues}); the job resumes from its latest checkpoint")
+        if attempts:
+            self.run.log_event("resumed", attempt=attempts, restart_count=os.environ.get("SLURM_RESTART_COUNT"))
+        return attempts
 
     def _install_signal_handlers(self):
         if threading.current_thread() is not threading.main_thread():
@@ -115,7 +172,88 @@ class Supervisor:
         previous = {}
         for sig in STOP_SIGNALS:
             previous[sig] = signal.signal(sig, self._on_signal)
+        previous[NOTICE_SIGNAL] = signal.signal(NOTICE_SIGNAL, self._on_notice)
         return previous
+
+    def _on_notice(self, signum, frame) -> None:
+        # Only note it: the poll loop tells the ranks (file I/O does not belong in a handler).
+        self.notice_time = self.notice_time or time.time()
+
+    def _send_notice(self) -> None:
+        """Tell every rank (control/preempt.json, read by each rank's monitor thread)."""
+        from ..runtime.preemption import NOTICE_FILE
+
+        self.notice_sent = True
+        atomic_write_json(self.run.control / NOTICE_FILE, {"signal": NOTICE_SIGNAL.name, "time": self.notice_time})
+        self.run.log_event("notice", source="supervisor", signal=NOTICE_SIGNAL.name, received=self.notice_time)
+        self.echo(f"jaxlaunch: {NOTICE_SIGNAL.name} received: asking the ranks to checkpoint and stop "
+                  f"(at their next ctx.should_stop())")
+
+    # --- after a preemption notice ------------------------------------------------------------
+
+    def _notice_sources(self) -> set[str]:
+        sources = set()
+        for record in self.run.read_json_files(self.run.control, "notice-rank-*.json"):
+            sources.update(record.get("sources", []))
+        for record in self.run.read_json_files(self.run.control, "done-rank-*.json"):
+            sources.update((record.get("stopped") or {}).get("sources", []))
+        if self.notice_time is not None:
+            sources.add("supervisor")
+        return sources
+
+    def _after_preemption(self, failure: dict | None) -> tuple[str, dict | None]:
+        """The ranks stopped on a notice (or, in a Slurm job, were ended by a preemption). Locally:
+        PREEMPTED, to resume with `run --resume`. In Slurm: REQUEUED, or FAILED once
+        slurm.max_requeues requeues are spent."""
+        sources = self._notice_sources()
+        checkpointed = failure is None
+        self.run.log_event("stopped", sources=sorted(sources), at_agreed_point=checkpointed)
+        if self.slurm_job_id is None:
+            return "PREEMPTED", None
+        from . import requeue
+
+        record = requeue.job_record(self.slurm_job_id)
+        cause = requeue.classify(record, sources, self.spec.slurm.checkpoint_notice)
+        status = self.run.read_status()
+        requeues = int(status.get("requeues", 0))
+        if requeues >= self.spec.slurm.max_requeues:
+            return "FAILED", self._requeue_limit_failure(requeues, cause, int(status.get("attempts", 1)) - 1)
+        counts = {c: int(status.get(f"{c}s", 0)) for c in requeue.CAUSES}
+        counts[cause] += 1
+        self.run.update_status(requeues=requeues + 1, **{f"{c}s": n for c, n in counts.items()})
+        how = "after stopping at an agreed step" if checkpointed else "after the job was ended without a stop"
+        self.echo(f"jaxlaunch: {cause} notice ({', '.join(sorted(sources)) or 'Slurm'}); requeueing job "
+                  f"{self.slurm_job_id} {how} (requeue {requeues + 1} of at most {self.spec.slurm.max_requeues})")
+        self.requeue_cause = cause
+        return "REQUEUED", None
+
+    def _requeue_now(self) -> None:
+        from . import requeue
+
+        self.run.log_event("requeue", job_id=self.slurm_job_id, cause=getattr(self, "requeue_cause", None))
+        error = requeue.requeue(self.slurm_job_id)
+        if error is not None:
+            # Slurm may be requeueing it already (a preemption with PreemptMode=REQUEUE).
+            self.echo(f"jaxlaunch: scontrol requeue {self.slurm_job_id} failed: {error}")
+            self.run.log_event("requeue_failed", error=error)
+
+    def _requeue_limit_failure(self, requeues: int, cause: str, attempt: int) -> dict:
+        from ..runtime.checkpoints import Checkpoints
+
+        status = self.run.read_status()
+        latest = Checkpoints(self.run.path / "checkpoints").latest_step()
+        where = (f"the latest checkpoint is step {latest} in {self.run.path}/checkpoints"
+                 if latest is not None else "no checkpoint was written")
+        summary = (f"{cause} notice after {requeues} requeue(s) ({status.get('preemptions', 0)} preemption(s), "
+                   f"{status.get('timeouts', 0)} time limit(s)): slurm.max_requeues={self.spec.slurm.max_requeues} "
+                   f"is spent; {where}")
+        failure = {"state": "FAILED", "reason": "requeue_limit", "summary": summary, "attempt": attempt,
+                   "time": time.time(), "first_failure": None, "failed_ranks": [], "torn_down_ranks": [],
+                   "launcher": {"exit_code": None, "messages": []},
+                   "fix": "raise slurm.max_requeues, or a longer slurm.time, and resubmit"}
+        atomic_write_json(self.run.failure_file, failure)
+        self.run.log_event("requeue_limit", requeues=requeues, cause=cause)
+        return failure
 
     @staticmethod
     def _restore_signal_handlers(previous) -> None:
@@ -152,6 +290,8 @@ class Supervisor:
         reader.start()
         stop_reason, detail = None, ""
         while process.poll() is None:
+            if self.notice_time is not None and not self.notice_sent:
+                self._send_notice()
             stop_reason, detail = self._why_stop()
             if stop_reason is not None:
                 self._stop_job(process, stop_reason, detail, attempt)
@@ -166,14 +306,27 @@ class Supervisor:
         kill_job_processes(self.run.path)
 
         dones = self.run.read_json_files(self.run.control, "done-rank-*.json")
-        if (stop_reason is None and process.returncode == 0 and self.run.result_file.exists()
-                and len(dones) == self.spec.num_processes):
+        every_rank_done = stop_reason is None and process.returncode == 0 and len(dones) == self.spec.num_processes
+        if every_rank_done and all(d.get("stopped") for d in dones):
+            return "PREEMPTED", None, None  # every rank stopped at the agreed point, checkpoint written
+        if every_rank_done and self.run.result_file.exists():
             return "COMPLETED", None, None
         state = STOP_STATES.get(stop_reason, "FAILED")
         failure = self._failure(state, stop_reason, detail, process.returncode, list(launcher_lines),
                                 first_launcher_line[0] if first_launcher_line else time.time(), attempt)
         atomic_write_json(self.run.failure_file, failure)
+        if self.slurm_job_id is not None and state != "TIMEOUT" and self._ended_by_preemption():
+            # Slurm's preemption (or a notice that killed mpirun's daemons) ended the job before
+            # it could stop: requeue anyway; it resumes from its latest periodic checkpoint.
+            return "PREEMPTED", failure, None
         return state, failure, stop_reason
+
+    def _ended_by_preemption(self) -> bool:
+        from . import requeue
+
+        if self._notice_sources():
+            return True
+        return requeue.preempted_by_slurm(requeue.job_record(self.slurm_job_id))
 
     def _forward_output(self, process, launcher_lines, first_launcher_line) -> None:
         """Stream the launcher's output live; keep what mpirun/srun said themselves (lines that are
@@ -265,9 +418,9 @@ class Supervisor:
 
 
 def supervise(spec: JobSpec, run: RunDirectory, argv: list[str], env: dict[str, str], echo=print,
-              write_output=_write_to_stderr) -> Outcome:
+              write_output=_write_to_stderr, slurm_job_id: str | None = None, resume: bool = False) -> Outcome:
     """Run the job under supervision until it ends; see the module doc."""
-    return Supervisor(spec, run, argv, env, echo, write_output).supervise()
+    return Supervisor(spec, run, argv, env, echo, write_output, slurm_job_id, resume).supervise()
 
 
 def describe_outcome(spec: JobSpec, run: RunDirectory, outcome: Outcome, seconds: float) -> list[str]:
@@ -275,6 +428,11 @@ def describe_outcome(spec: JobSpec, run: RunDirectory, outcome: Outcome, seconds
     if outcome.state == "COMPLETED":
         restarts = f" after {outcome.attempts - 1} restart(s)" if outcome.attempts > 1 else ""
         return [f"jaxlaunch: job {spec.name} COMPLETED in {seconds:.1f} s{restarts}; result: {run.result_file}"]
+    if outcome.state == "PREEMPTED":
+        return [f"jaxlaunch: job {spec.name} PREEMPTED after {seconds:.1f} s: it checkpointed and stopped on a notice",
+                f"  continue it with: jaxlaunch run --resume {run.path}"]
+    if outcome.state == "REQUEUED":
+        return [f"jaxlaunch: job {spec.name} REQUEUED after {seconds:.1f} s; it resumes from its latest checkpoint"]
     lines = root_cause.summary_lines(outcome.failure, run.path)
     lines[0] = f"jaxlaunch: job {spec.name} {lines[0]}"
     lines.append(f"  logs: {run.logs}")

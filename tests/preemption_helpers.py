@@ -1,0 +1,67 @@
+"""The preemption tests' shared pieces: the training job, set up to be interrupted, and checks
+that a run interrupted any number of times ends with the same bits as one that was not."""
+
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+
+from conftest import JOBS, jaxlaunch
+
+TRAIN = JOBS / "train_data_parallel.yaml"
+# Slow enough to be interrupted mid-run (about 0.1 s a step), with a periodic checkpoint.
+TRAIN_SETTINGS = ["--set", "params.steps=80", "--set", "params.step_seconds=0.1",
+                  "--set", "params.checkpoint_every=20"]
+
+
+def load_result(run_dir: Path) -> dict:
+    from launcher import load_result as load
+
+    return load(run_dir)
+
+
+def reference_result(tmp_path_factory) -> dict:
+    """The training job run once, uninterrupted, locally (2 processes x 2 devices, as on Slurm)."""
+    run_dir = tmp_path_factory.mktemp("reference") / "run"
+    result = jaxlaunch("run", TRAIN, *TRAIN_SETTINGS, "--set", "params.step_seconds=0", "--run-dir", run_dir,
+                       timeout=240)
+    assert result.returncode == 0, result.stderr
+    return load_result(run_dir)
+
+
+def assert_same_training(result: dict, reference: dict) -> None:
+    """Bit for bit: the final parameters and every step's loss."""
+    assert len(result["losses"]) == len(reference["losses"]) == 80
+    assert result["losses"] == reference["losses"]  # floats compared exactly, step for step
+    for name, value in reference["params"].items():
+        assert result["params"][name].dtype == value.dtype
+        assert np.array_equal(result["params"][name], value), name
+    assert result["replicas_in_sync"]
+    assert result["losses"][-1] < result["losses"][0]
+
+
+def wait_for_checkpoint(run_dir: Path, step: int, timeout: float = 120, process=None) -> None:
+    """Wait until the run has a checkpoint of `step` or later (the job is mid-run)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        steps = [int(p.name.split("-")[1]) for p in (run_dir / "checkpoints").glob("step-*")]
+        if steps and max(steps) >= step:
+            return
+        assert process is None or process.poll() is None, "the job ended before its checkpoint"
+        assert time.monotonic() < deadline, f"no checkpoint of step {step} within {timeout} s"
+        time.sleep(0.1)
+
+
+def events(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+
+
+def start(*args, env=None) -> subprocess.Popen:
+    import shutil
+    import sys
+
+    exe = shutil.which("jaxlaunch", path=str(Path(sys.executable).parent)) or "jaxlaunch"
+    return subprocess.Popen([exe, *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env)

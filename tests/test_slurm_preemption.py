@@ -1,0 +1,148 @@
+"""Preemption on the real local Slurm cluster (tests/slurm_cluster.py): a notice reaches every
+rank, they checkpoint at one agreed step, the job requeues itself (same job id) and resumes, and
+the final parameters and every loss are bit-identical to an uninterrupted run's.
+
+How the notices are sent, and what each exercises:
+- a real preemption: a job in the `urgent` partition (higher PriorityTier, exclusive nodes) takes
+  both nodes; Slurm sends SIGTERM to the tasks, SIGKILL after GraceTime, and requeues;
+- `scancel --batch --signal=USR2`: what sbatch --signal=B:USR2@T sends before the time limit
+  (the batch shell, i.e. the supervisor), without waiting for a real time limit;
+- `scancel --signal=USR2`: the job steps (the ranks in srun mode).
+"""
+
+import json
+import subprocess
+import time
+
+import pytest
+
+from conftest import jaxlaunch
+from preemption_helpers import (TRAIN, TRAIN_SETTINGS, assert_same_training, events, load_result,
+                                reference_result, wait_for_checkpoint)
+
+pytestmark = pytest.mark.slurm
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    return reference_result(tmp_path_factory)
+
+
+def submit(slurm_env, run_dir, launch, *settings):
+    result = jaxlaunch("submit", TRAIN, *TRAIN_SETTINGS, "--set", f"slurm.launch={launch}", *settings,
+                       "--parsable", "--run-dir", run_dir, env=slurm_env, timeout=60)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip()
+
+
+def wait_for_end(slurm_env, job_id, timeout=240):
+    """Follow the job to its end (through requeues) with `jaxlaunch status`; its final state."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        rows = jaxlaunch("status", job_id, env=slurm_env).stdout.splitlines()
+        state = rows[2].split()[1] if len(rows) > 2 else ""
+        if state in ("COMPLETED", "FAILED", "TIMEOUT", "CANCELLED"):
+            return state
+        time.sleep(1)
+    raise AssertionError(f"job {job_id} did not end within {timeout} s")
+
+
+def scancel(slurm_env, *args):
+    subprocess.run(["scancel", *args], env=slurm_env, check=True, timeout=30)
+
+
+def wait_for_restart(run_dir, count, timeout=120):
+    """Until the requeued job has started again `count` times (its supervisor logs `resumed`)."""
+    deadline = time.monotonic() + timeout
+    while sum(e["event"] == "resumed" for e in events(run_dir)) < count:
+        assert time.monotonic() < deadline, f"the job did not restart {count} time(s) within {timeout} s"
+        time.sleep(0.2)
+
+
+def preempt_with_urgent_job(slurm_env, tmp_path):
+    out = subprocess.run(["sbatch", "--parsable", "-p", "urgent", "-N", "2", "--exclusive", "-o",
+                          str(tmp_path / "urgent.out"), "--wrap", "sleep 1"],
+                         env=slurm_env, capture_output=True, text=True, check=True, timeout=30)
+    return out.stdout.strip()
+
+
+def requeue_record(run_dir):
+    status = json.loads((run_dir / "status.json").read_text())
+    return {key: status.get(key, 0) for key in ("requeues", "preemptions", "timeouts")}
+
+
+@pytest.mark.parametrize("launch", ["srun", "mpirun"])
+def test_real_preemption_requeues_and_resumes_bit_identical(slurm_env, tmp_path, reference, launch):
+    run_dir = tmp_path / "run"
+    job_id = submit(slurm_env, run_dir, launch)
+    wait_for_checkpoint(run_dir, 20)
+    preempted_at = time.time()
+    preempt_with_urgent_job(slurm_env, tmp_path)
+    assert wait_for_end(slurm_env, job_id) == "COMPLETED"
+    assert_same_training(load_result(run_dir), reference)
+    assert requeue_record(run_dir) == {"requeues": 1, "preemptions": 1, "timeouts": 0}
+    timeline = events(run_dir)
+    stopped = next(e for e in timeline if e["event"] == "stopped")
+    restored = next(e for e in timeline if e["event"] == "restored")
+    if launch == "srun":
+        # the ranks got Slurm's SIGTERM, agreed on a step and checkpointed it
+        assert stopped["at_agreed_point"] and "SIGTERM" in stopped["sources"]
+        assert restored["step"] > 20
+    else:
+        # mpirun ends the job on SIGTERM (Open MPI aborts), so the job resumes from its last
+        # periodic checkpoint: the same final bits, a few steps computed twice
+        assert not stopped["at_agreed_point"]
+        assert restored["step"] % 20 == 0
+    assert stopped["time"] >= preempted_at
+    rows = jaxlaunch("status", job_id, env=slurm_env).stdout
+    assert f"job {job_id} requeued 1 time: 1 preemption, 0 time limits" in rows
+
+
+@pytest.mark.parametrize("launch", ["mpirun", "srun"])
+def test_time_limit_notice_twice_requeues_twice(slurm_env, tmp_path, reference, launch):
+    """The notice sbatch --signal=B:USR2@T sends, twice: two requeues, same bits."""
+    run_dir = tmp_path / "run"
+    job_id = submit(slurm_env, run_dir, launch)
+    wait_for_checkpoint(run_dir, 20)
+    scancel(slurm_env, "--batch", "--signal=USR2", job_id)
+    wait_for_restart(run_dir, 1)
+    wait_for_checkpoint(run_dir, 40)
+    scancel(slurm_env, "--batch", "--signal=USR2", job_id)
+    assert wait_for_end(slurm_env, job_id) == "COMPLETED"
+    assert_same_training(load_result(run_dir), reference)
+    record = requeue_record(run_dir)
+    assert record["requeues"] == 2 and record["preemptions"] + record["timeouts"] == 2
+    stops = [e for e in events(run_dir) if e["event"] == "stopped"]
+    assert len(stops) == 2 and all(e["at_agreed_point"] and e["sources"] == ["supervisor"] for e in stops)
+    out = (run_dir / f"slurm-{job_id}.out").read_text()  # --open-mode=append: every allocation's output
+    assert out.count("asking the ranks to checkpoint and stop") == 2
+    assert "COMPLETED" in out
+
+
+def test_usr2_to_the_steps_reaches_srun_ranks(slurm_env, tmp_path, reference):
+    run_dir = tmp_path / "run"
+    job_id = submit(slurm_env, run_dir, "srun")
+    wait_for_checkpoint(run_dir, 20)
+    scancel(slurm_env, "--signal=USR2", job_id)
+    assert wait_for_end(slurm_env, job_id) == "COMPLETED"
+    assert_same_training(load_result(run_dir), reference)
+    stopped = next(e for e in events(run_dir) if e["event"] == "stopped")
+    assert stopped["at_agreed_point"] and stopped["sources"] == ["SIGUSR2"]
+    assert requeue_record(run_dir)["requeues"] == 1
+
+
+def test_spent_requeues_end_the_job_failed_with_the_reason(slurm_env, tmp_path):
+    run_dir = tmp_path / "run"
+    job_id = submit(slurm_env, run_dir, "srun", "--set", "slurm.max_requeues=1")
+    wait_for_checkpoint(run_dir, 20)
+    scancel(slurm_env, "--batch", "--signal=USR2", job_id)
+    wait_for_restart(run_dir, 1)
+    wait_for_checkpoint(run_dir, 40)
+    scancel(slurm_env, "--batch", "--signal=USR2", job_id)
+    assert wait_for_end(slurm_env, job_id) == "FAILED"
+    failure = json.loads((run_dir / "failure.json").read_text())
+    assert failure["reason"] == "requeue_limit"
+    assert "slurm.max_requeues=1 is spent; the latest checkpoint is step" in failure["summary"]
+    status = jaxlaunch("status", job_id, env=slurm_env).stdout
+    assert f"job {job_id} FAILED: " in status and "slurm.max_requeues=1 is spent" in status
+    assert not (run_dir / "result.json").exists()
