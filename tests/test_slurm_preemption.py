@@ -83,16 +83,18 @@ def test_real_preemption_requeues_and_resumes_bit_identical(slurm_env, tmp_path,
     assert requeue_record(run_dir) == {"requeues": 1, "preemptions": 1, "timeouts": 0}
     timeline = events(run_dir)
     stopped = next(e for e in timeline if e["event"] == "stopped")
+    resumed_at = next(i for i, e in enumerate(timeline) if e["event"] == "resumed")
+    saved = [e["step"] for e in timeline[:resumed_at] if e["event"] == "checkpoint"]
     restored = next(e for e in timeline if e["event"] == "restored")
+    # the restart resumes from the newest checkpoint the first allocation completed
+    assert restored["step"] >= max(saved) >= 20
     if launch == "srun":
         # the ranks got Slurm's SIGTERM, agreed on a step and checkpointed it
         assert stopped["at_agreed_point"] and "SIGTERM" in stopped["sources"]
         assert restored["step"] > 20
-    else:
-        # mpirun ends the job on SIGTERM (Open MPI aborts), so the job resumes from its last
-        # periodic checkpoint: the same final bits, a few steps computed twice
-        assert not stopped["at_agreed_point"]
-        assert restored["step"] % 20 == 0
+    # mpirun: Open MPI aborts the job on SIGTERM. Whether the ranks' own SIGTERM lets them agree
+    # and checkpoint before the abort is a race (measured both ways); if not, the job resumes from
+    # its last periodic checkpoint: the same final bits, a few steps computed twice.
     assert stopped["time"] >= preempted_at
     rows = jaxlaunch("status", job_id, env=slurm_env).stdout
     assert f"job {job_id} requeued 1 time: 1 preemption, 0 time limits" in rows
