@@ -27,11 +27,16 @@ def main(ctx: launcher.JobContext):
     features = int(ctx.params.get("features", 8))
     checkpoint_every = int(ctx.params.get("checkpoint_every", 25))
     step_seconds = float(ctx.params.get("step_seconds", 0.0))  # slows the job down, for preemption demos
+    seed = int(ctx.params.get("seed", 0))  # the true model and the data
+    # Fault injection, for trying out sweeps and restarts: a run whose params match every
+    # key of `fail_when` raises at step 5 (e.g. fail_when: {seed: 2, learning_rate: 0.1}).
+    fail_when = ctx.params.get("fail_when") or {}
+    fails = bool(fail_when) and all(ctx.params.get(k) == v for k, v in fail_when.items())
     n = ctx.num_local_devices
 
     # The same true model everywhere; different data on every device of every process.
-    true_w = np.random.default_rng(0).normal(size=features).astype(np.float32)
-    rng = np.random.default_rng(1 + ctx.rank)
+    true_w = np.random.default_rng(seed).normal(size=features).astype(np.float32)
+    rng = np.random.default_rng([seed, 1 + ctx.rank])
     x = rng.normal(size=(n, per_device, features)).astype(np.float32)
     y = x @ true_w + 0.5 + 0.01 * rng.normal(size=(n, per_device)).astype(np.float32)
 
@@ -57,6 +62,8 @@ def main(ctx: launcher.JobContext):
             ctx.checkpoints.save(step, {"params": stacked_params, "losses": np.array(losses)})
             ctx.logger.info("checkpointed at step %d after a preemption notice; stopping", step)
             return None
+        if fails and step == 5:
+            raise RuntimeError(f"injected failure at step {step}: params match fail_when {fail_when}")
         step_losses, grads = per_device_grads(stacked_params, xs, ys)
         grads = launcher.allreduce(grads, op="mean")        # mean over every device of every process
         losses.append(float(launcher.allreduce(step_losses, op="mean")[0]))
@@ -76,4 +83,5 @@ def main(ctx: launcher.JobContext):
             "params": {k: np.asarray(v) for k, v in final.items()},
             "w_error": float(np.abs(final["w"] - true_w).max()), "b": float(final["b"]),
             "replicas_in_sync": bool(launcher.allreduce(np.array(in_sync), op="min")),
-            "devices": ctx.size * n, "attempt": ctx.attempt}
+            "devices": ctx.size * n, "attempt": ctx.attempt,
+            "config": {"learning_rate": lr, "seed": seed}}  # what this run trained with (sweeps check it)

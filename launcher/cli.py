@@ -43,7 +43,8 @@ def spec_options(command=None, *, required=True):
             raise click.UsageError("--print-spec needs SPEC")
         if print_spec:
             from .spec import describe_spec, load_spec
-            click.echo(describe_spec(load_spec(kwargs["spec"], kwargs["overrides"])))
+            # a sweep's spec prints without its swept values (the section is listed by --dry-run)
+            click.echo(describe_spec(load_spec(kwargs["spec"], kwargs["overrides"], allow_sweep=True)))
             return None
         return command(*args, **kwargs)
 
@@ -54,6 +55,22 @@ def spec_options(command=None, *, required=True):
     return click.argument("spec", type=click.Path(dir_okay=False), required=required)(print_or_run)
 
 
+def sweep_options(command):
+    """--sweep and --max-parallel, for the commands that run a spec."""
+    command = click.option("--max-parallel", type=click.IntRange(min=1), default=None,
+                           help="Sweeps: configurations running at once (default: the spec's max_parallel; "
+                                "locally 1).")(command)
+    return click.option("--sweep", "sweeps", multiple=True, metavar="KEY=V1,V2,...",
+                        help="Sweep a spec key over values, or 'range(start,stop[,step])'; repeat for the "
+                             "cartesian product. Overrides the spec's sweep: section per key.")(command)
+
+
+def _describe_sweep(sweep) -> str:
+    lines = [f"sweep of {len(sweep.configurations)} configurations over {', '.join(sweep.keys)}:"]
+    lines += [f"  {c.index}: {c.label()}" for c in sweep.configurations]
+    return "\n".join(lines)
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="jaxlaunch")
 def main():
@@ -62,24 +79,45 @@ def main():
 
 @main.command()
 @spec_options(required=False)
-@click.option("--run-dir", type=click.Path(file_okay=False), help="Run directory (default: runs/NAME-TIME).")
+@sweep_options
+@click.option("--run-dir", type=click.Path(file_okay=False),
+              help="Run directory (default: runs/NAME-TIME); for a sweep, the sweep directory.")
 @click.option("--dry-run", is_flag=True, help="Print the command and environment; run nothing.")
 @click.option("--resume", "resume_dir", type=click.Path(file_okay=False), metavar="RUN_DIR",
               help="Continue a preempted, failed or cancelled run in its own run directory (with its spec).")
 @_user_errors
-def run(spec, overrides, run_dir, dry_run, resume_dir):
-    """Run SPEC on this machine: nodes x processes_per_node processes under mpirun."""
+def run(spec, overrides, sweeps, max_parallel, run_dir, dry_run, resume_dir):
+    """Run SPEC on this machine: nodes x processes_per_node processes under mpirun.
+    With a sweep, every configuration, --max-parallel at a time."""
     from .local import find_mpirun, plan_local_run, resume_local, run_local
     from .rundir import RunDirectory
     from .spec import load_spec
+    from .sweeps.plan import load_sweep
 
     if resume_dir is not None:
-        if spec is not None or overrides or run_dir is not None or dry_run:
+        if spec is not None or overrides or sweeps or run_dir is not None or dry_run:
             raise click.UsageError("--resume RUN_DIR runs the spec saved in RUN_DIR: give no SPEC, --set, "
-                                   "--run-dir or --dry-run with it")
+                                   "--sweep, --run-dir or --dry-run with it")
         sys.exit(resume_local(resume_dir, echo=lambda m: click.echo(m, err=True), print_result=click.echo))
     if spec is None:
         raise click.UsageError("missing SPEC (or --resume RUN_DIR)")
+    sweep = load_sweep(spec, overrides, sweeps)
+    if sweep is not None:
+        from .sweeps.directory import SweepDirectory
+        from .sweeps.local import run_sweep_locally
+
+        if dry_run:
+            click.echo(_describe_sweep(sweep))
+            click.echo(f"sweep directory: {SweepDirectory.preview(sweep, run_dir).path}")
+            return
+        find_mpirun()
+        directory = SweepDirectory.create(sweep, run_dir, backend="local")
+        code = run_sweep_locally(directory, max_parallel or sweep.base.max_parallel or 1,
+                                 echo=lambda m: click.echo(m, err=True))
+        _print_results_table(directory.path)
+        sys.exit(code)
+    if max_parallel is not None:
+        raise click.UsageError("--max-parallel is for sweeps (give --sweep KEY=V1,V2 or a spec with sweep:)")
     job = load_spec(spec, overrides)
     if dry_run:
         plan = plan_local_run(job, RunDirectory.preview(job, run_dir), find_mpirun(), sys.executable,
@@ -115,17 +153,27 @@ def render(spec, overrides, target, run_dir):
 
 @main.command()
 @spec_options
-@click.option("--run-dir", type=click.Path(file_okay=False), help="Run directory (default: runs/NAME-TIME).")
+@sweep_options
+@click.option("--run-dir", type=click.Path(file_okay=False),
+              help="Run directory (default: runs/NAME-TIME); for a sweep, the sweep directory.")
 @click.option("--dry-run", is_flag=True, help="Print the batch script; submit nothing.")
-@click.option("--wait", is_flag=True, help="Follow the job until it ends; exit 0 only if it COMPLETED.")
-@click.option("--parsable", is_flag=True, help="Print only the job id.")
+@click.option("--wait", is_flag=True, help="Follow the job (or every task of a sweep) until it ends; exit 0 only "
+                                           "if all COMPLETED.")
+@click.option("--parsable", is_flag=True, help="Print only the job id (for a sweep, the array ids).")
 @_user_errors
-def submit(spec, overrides, run_dir, dry_run, wait, parsable):
-    """Submit SPEC to Slurm with sbatch."""
+def submit(spec, overrides, sweeps, max_parallel, run_dir, dry_run, wait, parsable):
+    """Submit SPEC to Slurm with sbatch; a sweep as one job array."""
     from .rundir import RunDirectory
     from .slurm.jobs import render_for_submission, submit_job, wait_for_job
     from .spec import load_spec
+    from .sweeps.plan import load_sweep
 
+    sweep = load_sweep(spec, overrides, sweeps)
+    if sweep is not None:
+        _submit_sweep(sweep, max_parallel, run_dir, dry_run, wait, parsable)
+        return
+    if max_parallel is not None:
+        raise click.UsageError("--max-parallel is for sweeps (give --sweep KEY=V1,V2 or a spec with sweep:)")
     job = load_spec(spec, overrides)
     preview = render_for_submission(job, RunDirectory.preview(job, run_dir).path)  # fails before any folder exists
     if dry_run:
@@ -145,6 +193,37 @@ def submit(spec, overrides, run_dir, dry_run, wait, parsable):
         sys.exit({"COMPLETED": 0, "TIMEOUT": EXIT_TIMEOUT}.get(info.state, 1))
 
 
+def _submit_sweep(sweep, max_parallel, run_dir, dry_run, wait, parsable):
+    from .sweeps.array import render_arrays, submit_sweep, wait_for_sweep
+    from .sweeps.directory import SweepDirectory
+
+    parallel = max_parallel or sweep.base.max_parallel
+    if dry_run:
+        from .sweeps.array import max_array_size
+        preview = SweepDirectory.preview(sweep, run_dir)
+        click.echo(_describe_sweep(sweep))
+        for _, text in render_arrays(sweep, preview, max_array_size(), parallel):
+            click.echo(text, nl=False)
+        return
+    directory = SweepDirectory.create(sweep, run_dir, backend="slurm")
+    ids = submit_sweep(sweep, directory, parallel, echo=lambda m: click.echo(m, err=True))
+    if parsable:
+        click.echo(",".join(ids), err=wait)
+    else:
+        click.echo(f"Submitted sweep of {len(sweep.configurations)} configurations as job array"
+                   f"{'s' if len(ids) > 1 else ''} {', '.join(ids)}; sweep directory: {directory.path}", err=wait)
+    if wait:
+        states = wait_for_sweep(directory, echo=lambda m: click.echo(m, err=True))
+        _print_results_table(directory.path)
+        sys.exit(0 if all(t.state == "COMPLETED" for t in states) else 1)
+
+
+def _print_results_table(sweep_dir) -> None:
+    from .sweeps.table import collect, format_table
+
+    click.echo(format_table(collect(sweep_dir)))
+
+
 def _job_ids(ctx, param, value):
     """Slurm job ids are numbers (an array task: 123_4); anything else is a usage error."""
     for job_id in (value if isinstance(value, tuple) else (value,)):
@@ -153,19 +232,46 @@ def _job_ids(ctx, param, value):
     return value
 
 
+def _sweep_or_job_ids(ctx, param, value):
+    """Job ids, array ids, or sweep directories (a folder holding sweep.json)."""
+    from pathlib import Path
+
+    for item in value:
+        if not re.fullmatch(r"\d+(_\d+)?", item) and not (Path(item) / "sweep.json").is_file():
+            raise click.BadParameter(f"{item!r} is not a Slurm job id (a number, e.g. 12345, or 123_4 for an "
+                                     f"array task) nor a sweep directory (a folder with sweep.json)")
+    return value
+
+
 @main.command()
-@click.argument("job_ids", nargs=-1, callback=_job_ids)
+@click.argument("job_ids", nargs=-1, callback=_sweep_or_job_ids, metavar="[JOB_ID|ARRAY_ID|SWEEP_DIR]...")
+@click.option("-v", "--verbose", is_flag=True, help="For a sweep: one row per task.")
 @_user_errors
-def status(job_ids):
-    """Show state, elapsed time, nodes and run directory of jobs (default: those jaxlaunch submitted)."""
+def status(job_ids, verbose):
+    """Show state, elapsed time, nodes and run directory of jobs (default: those jaxlaunch submitted).
+    For a sweep (its array id or directory): the count of tasks in each state."""
     from tabulate import tabulate
 
     from .slurm.jobs import (failure_lines, find_run_dir, known_job_ids, requeue_line, status_table,
                              unknown_jobs_error)
+    from .sweeps.array import summary_line, sweep_dir_of, task_states
+    from .sweeps.directory import SweepDirectory
 
     ids = list(job_ids) or known_job_ids()[:20]
     if not ids:
         click.echo("no jobs submitted with jaxlaunch yet")
+        return
+    sweeps = [SweepDirectory(i) if not re.fullmatch(r"[\d_]+", i) else sweep_dir_of(i) for i in ids]
+    for directory in dict.fromkeys(d.path for d in sweeps if d is not None):
+        directory = SweepDirectory(directory)
+        states = task_states(directory)
+        click.echo(summary_line(directory, states))
+        if verbose:
+            keys = directory.read()["keys"]
+            click.echo(tabulate([[t.folder, t.job_id, t.state, t.elapsed, *(t.values.get(k) for k in keys)]
+                                 for t in states], headers=["TASK", "JOBID", "STATE", "ELAPSED", *keys]))
+    ids = [i for i, d in zip(ids, sweeps) if d is None]
+    if not ids:
         return
     rows, unknown = status_table(ids)
     if rows:
@@ -200,8 +306,46 @@ def logs(job_id, rank, follow):
 @click.argument("job_id", callback=_job_ids)
 @_user_errors
 def cancel(job_id):
-    """Cancel a job."""
+    """Cancel a job, a whole job array (its id), or one array task (ID_N)."""
     from .slurm.jobs import cancel_job
 
     cancel_job(job_id)
     click.echo(f"cancelled job {job_id}")
+
+
+@main.command()
+@click.argument("sweep_dir", type=click.Path(file_okay=False, exists=True))
+@click.option("--plot", "plot_metric", metavar="METRIC", help="Write METRIC_vs_KEY.png: METRIC against a swept key.")
+@click.option("--x", "x_key", metavar="KEY", help="With --plot: the swept key on the x axis (default: the first).")
+@click.option("--by", "by_key", metavar="KEY", help="With --plot: one line per value of this swept key "
+                                                    "(default: the next one).")
+@click.option("--best", "best_metric", metavar="METRIC", help="Name the configuration with the best METRIC.")
+@click.option("--max", "maximize", is_flag=True, help="With --best: larger is better (default: smaller).")
+@click.option("--min", "minimize", is_flag=True, help="With --best: smaller is better (the default).")
+@_user_errors
+def results(sweep_dir, plot_metric, x_key, by_key, best_metric, maximize, minimize):
+    """Collect every task's result of a sweep into one table (also written as results.csv and
+    results.json in SWEEP_DIR). Works while the sweep is still running."""
+    from pathlib import Path
+
+    from .sweeps.table import best, collect, format_table, plot, write_csv, write_json
+
+    if maximize and minimize:
+        raise click.UsageError("give --max or --min, not both")
+    if (x_key or by_key) and not plot_metric:
+        raise click.UsageError("--x and --by go with --plot METRIC")
+    table = collect(sweep_dir)
+    click.echo(format_table(table))
+    folder = Path(sweep_dir)
+    write_csv(table, folder / "results.csv")
+    write_json(table, folder / "results.json")
+    click.echo(f"wrote {folder / 'results.csv'} and {folder / 'results.json'}", err=True)
+    if plot_metric:
+        path = plot(table, plot_metric, folder / f"{plot_metric}.png", x=x_key, by=by_key)
+        click.echo(f"wrote {path}", err=True)
+    if best_metric:
+        row = best(table, best_metric, minimize=not maximize)
+        sweep_keys = table.columns[1:table.columns.index("state")]
+        values = ", ".join(f"{k}={row.get(k)!r}" for k in sweep_keys)
+        click.echo(f"best {best_metric} ({'max' if maximize else 'min'}): {row.get(best_metric)!r} "
+                   f"from task {row.get('task')} ({values})")

@@ -145,6 +145,14 @@ class JobSpec(_Strict):
     keep_checkpoints: int = Field(
         2, ge=1, description="how many of the newest checkpoints ctx.checkpoints keeps in RUN_DIR/checkpoints"
     )
+    max_parallel: int | None = Field(
+        None, ge=1, description="sweeps: configurations running at once (Slurm --array %M; locally default 1); "
+                                "--max-parallel overrides it"
+    )
+    sweep_limit: int = Field(
+        1000, ge=1, description="sweeps: the most configurations a sweep may expand to, so a typo cannot submit "
+                                "a million jobs; raise it on purpose"
+    )
     slurm: SlurmSpec = Field(default_factory=SlurmSpec, description="settings for `jaxlaunch submit`")
 
     @field_validator("name")
@@ -219,13 +227,15 @@ def shown(text: str, limit: int = 80) -> str:
 class _Source:
     """Where each key of the spec came from: a line of the file, or a --set override."""
 
-    def __init__(self, path: Path, lines: dict[tuple, int], overrides: dict[tuple, str]):
+    def __init__(self, path: Path, lines: dict[tuple, int], overrides: dict[tuple, str],
+                 labels: dict[tuple, str] | None = None):
         self.path, self.lines, self.overrides = path, lines, overrides
+        self.labels = labels or {}  # key path -> where its value came from, e.g. a sweep's value
 
     def line(self, key_path: tuple) -> int:
         """For sorting errors in file order; --set overrides come last."""
         for n in range(len(key_path), -1, -1):
-            if tuple(key_path[:n]) in self.overrides:
+            if tuple(key_path[:n]) in self.overrides or tuple(key_path[:n]) in self.labels:
                 return 1 << 30
             if tuple(key_path[:n]) in self.lines:
                 return self.lines[tuple(key_path[:n])]
@@ -234,6 +244,8 @@ class _Source:
     def locate(self, key_path: tuple) -> str:
         for n in range(len(key_path), -1, -1):
             prefix = tuple(key_path[:n])
+            if prefix in self.labels:
+                return self.labels[prefix]
             if prefix in self.overrides:
                 return f"--set {shown(self.overrides[prefix])}"
             if prefix in self.lines:
@@ -371,7 +383,7 @@ def _describe(error: dict, source: _Source) -> str:
     kind = error["type"]
     if kind == "extra_forbidden":
         section = SPEC_KEYS.get(loc[:-1])
-        valid = sorted(section.model_fields) if section else []
+        valid = sorted([*section.model_fields, *([SWEEP_SECTION] if section is JobSpec else [])]) if section else []
         close = difflib.get_close_matches(str(loc[-1]), valid, n=1)
         hint = f"did you mean {close[0]!r}? " if close else ""
         scope = f" under {'.'.join(map(str, loc[:-1]))}" if len(loc) > 1 else ""
@@ -584,9 +596,11 @@ def describe_spec(spec: JobSpec) -> str:
     return "\n".join(lines)
 
 
-def load_spec(path: str | Path, overrides: list[str] = ()) -> JobSpec:
-    """Read, override (`--set a.b=value`) and validate a job spec. Raises SpecError."""
-    path = Path(path)
+SWEEP_SECTION = "sweep"
+
+
+def read_spec_file(path: Path) -> "yaml12.Loaded":
+    """The spec file's YAML value (None for an empty file) and the line of every key."""
     try:
         size = path.stat().st_size
         if size > yaml12.MAX_BYTES:
@@ -601,20 +615,52 @@ def load_spec(path: str | Path, overrides: list[str] = ()) -> JobSpec:
     def where(line, key_path):
         located = f"{path}:{line}" if line else str(path)
         return f"{located}: {yaml12.dotted(key_path)}" if key_path else located
-    loaded = yaml12.load(text, where)
-    data = {} if loaded.data is None else loaded.data
-    lines = loaded.lines
+    return yaml12.load(text, where)
+
+
+def parse_overrides(overrides) -> list[tuple[tuple, Any, str]]:
+    """(key path, value, the text as typed) for each --set KEY=VALUE."""
+    return [(*_parse_override(text), text) for text in overrides]
+
+
+def build_spec(path: Path, data: Any, lines: dict[tuple, int], overrides: list[tuple[tuple, Any, str]] = (),
+               values: dict[tuple, Any] | None = None, labels: dict[tuple, str] | None = None) -> JobSpec:
+    """Apply --set overrides, then `values` (a sweep configuration's, located by `labels`), to a
+    copy of the spec file's data, and validate. Raises SpecError."""
+    import copy
+
+    data = copy.deepcopy(data)
     applied = {}
-    for text_override in overrides:
-        key_path, value = _parse_override(text_override)
+    for key_path, value, text in overrides:
         if not isinstance(data, dict):
             break  # validate_spec reports the real problem
-        _apply_override(data, key_path, value, text_override)
-        applied[key_path] = text_override
-    source = _Source(path, lines, applied)
+        _apply_override(data, key_path, value, text)
+        applied[key_path] = text
+    for key_path, value in (values or {}).items():
+        if isinstance(data, dict):
+            _apply_override(data, key_path, value, (labels or {}).get(key_path, yaml12.dotted(key_path)))
+    source = _Source(path, lines, applied, labels)
     spec = validate_spec(data, source)
     spec_dir = path.resolve().parent
     spec = resolve_entrypoint(spec, spec_dir, source)
     spec = resolve_run_dir(spec, spec_dir)
     _check_serialisable(spec, source)
     return spec
+
+
+def load_spec(path: str | Path, overrides: list[str] = (), allow_sweep: bool = False) -> JobSpec:
+    """Read, override (`--set a.b=value`) and validate a job spec. Raises SpecError.
+
+    A spec with a `sweep:` section describes many jobs: commands that run one job refuse it,
+    unless `allow_sweep` (then the section is ignored: the spec without its swept values)."""
+    path = Path(path)
+    loaded = read_spec_file(path)
+    data = {} if loaded.data is None else loaded.data
+    if isinstance(data, dict) and SWEEP_SECTION in data:
+        if not allow_sweep:
+            line = loaded.lines.get((SWEEP_SECTION,))
+            raise SpecError(f"{path}{f':{line}' if line else ''}: sweep: this spec is a sweep (many "
+                            f"configurations); this command takes one.\n  fix: use `jaxlaunch run` or `jaxlaunch "
+                            f"submit`, which run every configuration, or pin the swept keys with --set.")
+        data = {k: v for k, v in data.items() if k != SWEEP_SECTION}
+    return build_spec(path, data, loaded.lines, parse_overrides(overrides))

@@ -119,7 +119,7 @@ def test_data_parallel_training_matches_single_process_numpy(tmp_path):
     true_w = np.random.default_rng(0).normal(size=features).astype(np.float32)
     xs, ys = [], []
     for rank in range(2):  # the job's data, rebuilt: 2 processes x 2 devices
-        rng = np.random.default_rng(1 + rank)
+        rng = np.random.default_rng([0, 1 + rank])  # params.seed 0
         x = rng.normal(size=(2, per_device, features)).astype(np.float32)
         xs.append(x.reshape(-1, features))
         ys.append((x @ true_w + 0.5 + 0.01 * rng.normal(size=(2, per_device)).astype(np.float32)).reshape(-1))

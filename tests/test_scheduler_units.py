@@ -53,7 +53,7 @@ def test_cli_without_slurm_says_so(monkeypatch, tmp_path):
     monkeypatch.setenv("JAXLAUNCH_HOME", str(tmp_path))
     result = CliRunner().invoke(main, ["cancel", "12"])  # cancel first asks squeue whether job 12 exists
     assert result.exit_code == 1
-    assert result.output == ("Error: command failed (exit code 127): squeue --noheader --states=all --jobs 12 "
+    assert result.output == ("Error: command failed (exit code 127): squeue -r --noheader --states=all --jobs 12 "
                              "--format=%i|%T|%M|%D\nsqueue: command not found\n"
                              "is Slurm installed here? jaxlaunch submit runs on a cluster login node\n")
 

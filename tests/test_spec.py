@@ -51,8 +51,9 @@ def test_misspelled_key_names_file_line_key_and_valid_keys(write_spec):
     message = error_of(write_spec, path.read_text())
     assert message == (
         f"{path}:3: nodez: unknown key.\n"
-        "  valid keys: collective_timeout, devices_per_process, entrypoint, env, jax_distributed, keep_checkpoints, max_restarts, "
-        "name, nodes, params, platform, processes_per_node, run_dir, setup, slurm, timeout\n"
+        "  valid keys: collective_timeout, devices_per_process, entrypoint, env, jax_distributed, keep_checkpoints, max_parallel, "
+        "max_restarts, name, nodes, params, platform, processes_per_node, run_dir, setup, slurm, sweep, sweep_limit, "
+        "timeout\n"
         "  fix: did you mean 'nodes'? rename or remove the key.")
 
 

@@ -56,7 +56,11 @@ def find_run_dir(job_id: str) -> RunDirectory:
     """The run directory of a job: from jaxlaunch's index, else from Slurm's StdOut path."""
     entry = jobs_index() / f"{job_id}.json"
     if entry.exists():
-        return RunDirectory(json.loads(entry.read_text())["run_dir"])
+        record = json.loads(entry.read_text())
+        if "sweep_dir" in record:
+            raise UsageError(f"job {job_id} is the job array of the sweep in {record['sweep_dir']}.\n"
+                             f"  fix: name one task as {job_id}_N, or see them all with `jaxlaunch status {job_id} -v`.")
+        return RunDirectory(record["run_dir"])
     try:
         record = scheduler.parse_scontrol_record(
             scheduler.call_slurm(["scontrol", "show", "job", "--oneliner", str(job_id)]))
@@ -141,7 +145,7 @@ def status_rows(job_ids: list[str]) -> list[list[str]]:
 def known_job_ids() -> list[str]:
     """Jobs jaxlaunch submitted from this account, newest first."""
     entries = sorted(jobs_index().glob("*.json"), key=lambda p: p.stat().st_mtime, reverse=True)
-    return [p.stem for p in entries]
+    return [p.stem for p in entries if "_" not in p.stem]  # an array stands for its tasks
 
 
 def wait_for_job(job_id: str, echo, poll_seconds: float = 1.0) -> scheduler.JobInfo:
@@ -168,7 +172,8 @@ def wait_for_job(job_id: str, echo, poll_seconds: float = 1.0) -> scheduler.JobI
 def log_path(job_id: str, rank: int | None) -> Path:
     run = find_run_dir(job_id)
     if rank is None:
-        return run.path / f"slurm-{job_id}.out"
+        # an array task's output is the array's (SWEEP_DIR/logs/slurm-%A_%a.out), recorded at submission
+        return Path(run.read_status().get("log") or run.path / f"slurm-{job_id}.out")
     try:
         processes = run.read_spec().num_processes
     except (OSError, ValueError):
@@ -213,3 +218,15 @@ def cancel_job(job_id: str) -> None:
         raise UsageError(f"job {job_id} is not known to Slurm: nothing to cancel.\n"
                          f"  fix: check the id with `squeue --me` or `jaxlaunch status`.")
     scheduler.cancel(job_id)
+    try:
+        runs = [find_run_dir(job_id)]
+    except UsageError:
+        from ..sweeps.array import sweep_dir_of
+        sweep = sweep_dir_of(job_id)
+        runs = [run for task, run in sweep.task_runs() if task.get("job_id", "").startswith(f"{job_id}_")] \
+            if sweep is not None else []
+    for run in runs:
+        if run.read_status().get("state") == "SUBMITTED":
+            # It never started, so no supervisor will record its end (and Slurm soon forgets a
+            # cancelled pending array task).
+            run.update_status(state="CANCELLED", ended=time.time(), reason="cancelled before it started")

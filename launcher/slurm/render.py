@@ -53,7 +53,8 @@ def quote_sbatch(value) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def sbatch_directives(spec: JobSpec, run_dir: Path, workdir: Path) -> list[str]:
+def sbatch_directives(spec: JobSpec, run_dir: Path, workdir: Path, output: Path | None = None) -> list[str]:
+    """The #SBATCH options; `output` replaces RUN_DIR/slurm-%j.out (a job array's tasks share one script)."""
     slurm = spec.slurm
     options = [
         ("job-name", spec.name),
@@ -65,8 +66,8 @@ def sbatch_directives(spec: JobSpec, run_dir: Path, workdir: Path) -> list[str]:
         ("account", slurm.account),
         ("qos", slurm.qos),
         ("chdir", workdir),
-        ("output", run_dir / "slurm-%j.out"),
-        ("error", run_dir / "slurm-%j.out"),  # one combined stream, as `jaxlaunch logs` shows it
+        ("output", output or run_dir / "slurm-%j.out"),
+        ("error", output or run_dir / "slurm-%j.out"),  # one combined stream, as `jaxlaunch logs` shows it
         # A requeued job runs the script again: keep the earlier allocations' output.
         ("open-mode", "append"),
         # B: the batch shell is the supervisor (exec), which tells every rank; USR1 is NCCL's.
@@ -113,3 +114,23 @@ def render_batch_script(spec: JobSpec, run_dir: Path, workdir: Path, python: str
         exports=exports,
         launch_line=launch_line(spec, run_dir, python, mpirun, is_root, list(env)),
     )
+
+
+ARRAY_TEMPLATE = "array.sh.j2"
+ARRAY_OUTPUT = "slurm-%A_%a.out"
+
+
+def render_array_script(spec: JobSpec, sweep_dir: Path, folders: list[str], workdir: Path,
+                        max_parallel: int | None, first_index: int = 0) -> str:
+    """One Slurm job array over sweep tasks that need the same resources. Array task i runs the
+    batch script of task folder folders[i] (each a complete job.sbatch, rendered by
+    render_batch_script, whose #SBATCH lines are then mere comments). Pure."""
+    directives = sbatch_directives(spec, Path(sweep_dir), Path(workdir), output=Path(sweep_dir) / "logs" / ARRAY_OUTPUT)
+    last = len(folders) - 1
+    directives.insert(1, f"--array=0-{last}" + (f"%{max_parallel}" if max_parallel else ""))
+    environment = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
+    text = resources.files("launcher.templates").joinpath(ARRAY_TEMPLATE).read_text()
+    return environment.from_string(text).render(
+        version=__version__, job_name=spec.name, directives=directives, sweep_dir=shlex.quote(str(sweep_dir)),
+        tasks=" ".join(shlex.quote(folder) for folder in folders), count=len(folders), first_index=first_index,
+        script=SCRIPT_NAME)

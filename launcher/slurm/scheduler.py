@@ -86,16 +86,25 @@ def cancel(job_id: str) -> None:
 
 def _from_squeue(job_id: str) -> JobInfo | None:
     try:
-        out = call_slurm(["squeue", "--noheader", "--states=all", "--jobs", job_id, "--format=%i|%T|%M|%D"])
+        # -r: a pending array's tasks one per line (else squeue folds them into 123_[1-5])
+        out = call_slurm(["squeue", "-r", "--noheader", "--states=all", "--jobs", job_id, "--format=%i|%T|%M|%D"])
     except SchedulerError as exc:
         if "Invalid job id" in exc.stderr:  # squeue no longer knows it
             return None
         raise
+    tasks = []
     for line in out.splitlines():
         fields = line.strip().split("|")
         if len(fields) == 4 and fields[0] == job_id:
             state, finished = translate_state(fields[1])
             return JobInfo(job_id, fields[1], state, finished, fields[2], fields[3], "squeue")
+        if len(fields) == 4 and fields[0].startswith(f"{job_id}_"):
+            tasks.append(fields)
+    if tasks:  # a job array's id: running while any task runs or waits
+        live = [t for t in tasks if not translate_state(t[1])[1]]
+        first = (live or tasks)[0]
+        state, finished = translate_state(first[1])
+        return JobInfo(job_id, first[1], state, finished, first[2], first[3], "squeue (array)")
     return None
 
 
@@ -111,11 +120,12 @@ def _from_scontrol(job_id: str) -> JobInfo | None:
     try:
         out = call_slurm(["scontrol", "show", "job", "--oneliner", job_id])
     except SchedulerError as exc:
-        if "Invalid job id" in exc.stderr:
+        if "Invalid job id" in exc.stderr or "not found" in exc.stderr:  # the latter: a purged array task
             return None
         raise
     record = parse_scontrol_record(out)
-    if record.get("JobId") != job_id:
+    array_task = f"{record.get('ArrayJobId')}_{record.get('ArrayTaskId')}"  # an array task's own JobId differs
+    if job_id not in (record.get("JobId"), array_task):
         return None
     state, finished = translate_state(record.get("JobState", ""))
     return JobInfo(job_id, record.get("JobState", ""), state, finished, record.get("RunTime", ""),

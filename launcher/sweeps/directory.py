@@ -1,0 +1,81 @@
+"""The sweep directory: one folder per sweep, one ordinary run directory per configuration.
+
+    sweep.json          the sweep: its spec, swept keys, and every task's values (and, on Slurm,
+                        its job id and the arrays)
+    task-000/ ...       each configuration's run directory (spec.json, logs/, status.json,
+                        result.json: see launcher/rundir.py)
+    logs/               Slurm's output of each array task (slurm-%A_%a.out)
+    array-K.sbatch      the script of Slurm job array K
+    results.csv/.json   what `jaxlaunch results` collected last
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from ..errors import UsageError
+from ..rundir import RUNS_ROOT, RunDirectory, atomic_write_json
+from .plan import Sweep
+
+SWEEP_FILE = "sweep.json"
+
+
+def task_folder(index: int, total: int) -> str:
+    """task-007: zero-padded, so folders sort in sweep order."""
+    return f"task-{index:0{max(3, len(str(total - 1)))}d}"
+
+
+class SweepDirectory:
+    def __init__(self, path: str | Path):
+        self.path = Path(path).absolute()
+
+    sweep_file = property(lambda self: self.path / SWEEP_FILE)
+    logs = property(lambda self: self.path / "logs")
+
+    @staticmethod
+    def template(sweep: Sweep, path: str | Path | None) -> str:
+        return str(path) if path is not None else sweep.base.run_dir or f"{RUNS_ROOT}/{{name}}-sweep-{{time}}"
+
+    @classmethod
+    def preview(cls, sweep: Sweep, path: str | Path | None = None) -> "SweepDirectory":
+        return cls(RunDirectory.expand(cls.template(sweep, path), sweep.base, time.strftime("%Y%m%d-%H%M%S")))
+
+    @classmethod
+    def create(cls, sweep: Sweep, path: str | Path | None, backend: str) -> "SweepDirectory":
+        """Make the sweep directory, every task's run directory (with its spec.json) and sweep.json.
+        An existing directory is accepted only if empty, so no sweep overwrites another's results."""
+        target = cls.preview(sweep, path).path
+        if target.exists() and any(target.iterdir()):
+            raise UsageError(f"sweep directory {target} already holds files; choose a new or empty one")
+        directory = cls(target)
+        tasks = []
+        for configuration in sweep.configurations:
+            folder = task_folder(configuration.index, len(sweep.configurations))
+            RunDirectory.create(configuration.spec, target / folder)
+            tasks.append({"index": configuration.index, "folder": folder, "values": configuration.values})
+        directory.logs.mkdir(exist_ok=True)
+        atomic_write_json(directory.sweep_file, {
+            "version": 1, "name": sweep.name, "spec": str(sweep.spec_path.resolve()), "keys": sweep.keys,
+            "backend": backend, "created": time.time(), "tasks": tasks})
+        return directory
+
+    def read(self) -> dict:
+        try:
+            return json.loads(self.sweep_file.read_text())
+        except FileNotFoundError:
+            raise UsageError(f"{self.path} is not a sweep directory (no {SWEEP_FILE}).\n"
+                             f"  fix: give the folder `jaxlaunch run/submit --sweep` printed.") from None
+        except ValueError as exc:
+            raise UsageError(f"{self.sweep_file}: unreadable ({exc})") from None
+
+    def update(self, **fields) -> dict:
+        record = {**self.read(), **fields}
+        atomic_write_json(self.sweep_file, record)
+        return record
+
+    def task_runs(self, record: dict | None = None) -> list[tuple[dict, RunDirectory]]:
+        """(task entry of sweep.json, its run directory), in index order."""
+        record = record or self.read()
+        return [(task, RunDirectory(self.path / task["folder"])) for task in record["tasks"]]

@@ -1,0 +1,112 @@
+"""Sweeps on the real local Slurm cluster (tests/slurm_cluster.py): one job array for the whole
+sweep, one run directory per task, a task cancelled alone, results collected into one table."""
+
+import json
+import subprocess
+import time
+
+import pytest
+
+from conftest import JOBS, jaxlaunch
+from preemption_helpers import start
+
+pytestmark = pytest.mark.slurm
+
+SWEEP = JOBS / "sweep_train.yaml"
+FAST = ["--set", "params.steps=20"]
+
+
+def squeue_ids(slurm_env):
+    out = subprocess.run(["squeue", "-r", "--noheader", "--format=%i"], env=slurm_env, capture_output=True,
+                         text=True, check=True, timeout=30).stdout
+    return out.split()
+
+
+def wait_for_array(sweep_dir, timeout=60):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            arrays = json.loads((sweep_dir / "sweep.json").read_text()).get("arrays")
+        except (FileNotFoundError, ValueError):
+            arrays = None
+        if arrays:
+            return arrays
+        time.sleep(0.2)
+    raise AssertionError("the sweep was not submitted")
+
+
+def test_sweep_is_one_array_a_task_cancels_alone_and_results_collect(slurm_env, tmp_path):
+    from launcher import load_result
+
+    sweep_dir = tmp_path / "sweep"
+    # --wait follows the whole array; the result table comes on stdout at the end
+    waiting = start("submit", SWEEP, *FAST, "--run-dir", sweep_dir, "--wait", "--parsable", env=slurm_env)
+    arrays = wait_for_array(sweep_dir)
+    assert len(arrays) == 1 and arrays[0]["tasks"] == list(range(6))  # the 3 x 2 sweep: ONE array
+    array_id = arrays[0]["job_id"]
+    script = (sweep_dir / "array-0.sbatch").read_text()
+    assert "#SBATCH --array=0-5%2\n" in script  # max_parallel: 2, from the spec
+    assert f"#SBATCH --output={sweep_dir}/logs/slurm-%A_%a.out\n" in script
+    # The last task waits (at most 2 run at once): cancel it alone; the others go on.
+    cancelled = jaxlaunch("cancel", f"{array_id}_5", env=slurm_env)
+    assert cancelled.returncode == 0, cancelled.stderr
+    out, err = waiting.communicate(timeout=300)
+    assert waiting.returncode == 1, err  # not every task COMPLETED: the cancelled one
+    assert err.startswith(f"{array_id}\n") or f"\n{array_id}\n" in err
+
+    record = json.loads((sweep_dir / "sweep.json").read_text())
+    states = {}
+    for task in record["tasks"]:
+        run = sweep_dir / task["folder"]
+        assert task["job_id"] == f"{array_id}_{task['index']}"
+        status = json.loads((run / "status.json").read_text())
+        states[task["index"]] = status["state"]
+        if task["index"] != 5:
+            result = load_result(run)
+            # each task trained with its own configuration
+            assert result["config"] == {"learning_rate": task["values"]["params.learning_rate"],
+                                        "seed": task["values"]["params.seed"]}
+            assert len(result["losses"]) == 20
+    assert states == {**{i: "COMPLETED" for i in range(5)}, 5: "CANCELLED"}
+
+    summary = jaxlaunch("status", array_id, "-v", env=slurm_env)
+    assert summary.returncode == 0, summary.stderr
+    assert f"arrays {array_id}): 1 CANCELLED, 5 COMPLETED" in summary.stdout
+    assert len([line for line in summary.stdout.splitlines() if line.startswith("task-00")]) == 6
+    assert jaxlaunch("status", sweep_dir, env=slurm_env).stdout.splitlines()[0] == summary.stdout.splitlines()[0]
+
+    log = jaxlaunch("logs", f"{array_id}_2", env=slurm_env)
+    assert log.returncode == 0 and "COMPLETED" in log.stdout
+    assert (sweep_dir / "logs" / f"slurm-{array_id}_2.out").exists()
+
+    results = jaxlaunch("results", sweep_dir, "--plot", "final_loss", "--best", "final_loss", env=slurm_env)
+    assert results.returncode == 0, results.stderr
+    rows = [line for line in results.stdout.splitlines() if line.strip()[:1].isdigit()]
+    assert len(rows) == 6 and sum("CANCELLED" in row for row in rows) == 1
+    assert (sweep_dir / "final_loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    table = json.loads((sweep_dir / "results.json").read_text())
+    finals = {row["task"]: row["final_loss"] for row in table["rows"] if row["final_loss"] is not None}
+    best = min(finals, key=finals.get)
+    assert f"from task {best} " in results.stdout
+
+
+def test_sweep_with_an_invalid_value_submits_nothing(slurm_env, tmp_path):
+    before = squeue_ids(slurm_env)
+    result = jaxlaunch("submit", SWEEP, "--sweep", "processes_per_node=2,0", "--run-dir", tmp_path / "sweep",
+                       env=slurm_env)
+    assert result.returncode == 2
+    assert "processes_per_node=0" in result.stderr and "nothing was run or submitted" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "sweep").exists()
+    assert squeue_ids(slurm_env) == before
+
+
+def test_max_array_size_is_read_from_the_cluster(slurm_env, monkeypatch):
+    from launcher.sweeps.array import max_array_size
+
+    for key, value in slurm_env.items():
+        monkeypatch.setenv(key, value)
+    config = subprocess.run(["scontrol", "show", "config"], env=slurm_env, capture_output=True, text=True,
+                            check=True).stdout
+    line = next(line for line in config.splitlines() if line.startswith("MaxArraySize"))
+    assert max_array_size() == int(line.split("=")[1])
