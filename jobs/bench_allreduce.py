@@ -4,7 +4,12 @@ Methods (float32 sum across processes, one device per process):
   mpi4py            raw MPI on numpy buffers: the limit
   mpi4jax per-leaf  one jitted mpi4jax.allreduce per array (what a user writes by hand)
   launcher          launcher.allreduce: local reduce, then one fused mpi4jax call per dtype
-  jax.distributed   JAX's own multi-process runtime (gloo on CPU): a psum over a global mesh
+  launcher packed   the tree packed into one buffer inside the job's own jit (launcher.TreePacker),
+                    then launcher.allreduce of that buffer: how a training step should exchange
+                    gradients. The pack and unpack ride in jits the step runs anyway; what they add
+                    there is measured apart (row field `pack_seconds`) and counted in the ratio.
+  XLA global mesh   an XLA collective over a mesh of every device of every process (jax.distributed;
+                    gloo on CPU): a psum inside one jit, no launcher code involved
 
 Method: warm-up (and compilation) excluded; every repeat starts after an MPI barrier and ends with
 block_until_ready; a repeat's time is the slowest rank's; the figure is the median over repeats.
@@ -24,7 +29,7 @@ from mpi4py import MPI
 import launcher
 from launcher.rundir import atomic_write_bytes
 
-METHODS = ["mpi4py", "mpi4jax per-leaf", "launcher", "jax.distributed"]
+METHODS = ["mpi4py", "mpi4jax per-leaf", "launcher", "launcher packed", "XLA global mesh"]
 WARMUP = 3
 
 
@@ -64,13 +69,32 @@ def make_methods(comm, mpi4jax_comm, global_mesh):
     def launcher_method(leaves):
         return lambda: launcher.allreduce(leaves)
 
+    def packed_method(leaves):
+        flat = jax.jit(launcher.TreePacker(leaves).pack)(leaves)  # in a job: inside its gradient jit
+        return lambda: launcher.allreduce(flat)
+
     def distributed_method(leaves):
         size = comm.Get_size()
         globals_ = [jax.make_array_from_single_device_arrays((size * x.shape[0],) + x.shape[1:], sharding, [x])
                     for x in leaves]
         return lambda: psum(globals_)
 
-    return dict(zip(METHODS, [mpi4py_method, per_leaf_method, launcher_method, distributed_method]))
+    return dict(zip(METHODS, [mpi4py_method, per_leaf_method, launcher_method, packed_method, distributed_method]))
+
+
+def pack_seconds(leaves, repeats, comm):
+    """What packing adds to a jitted function that produces the tree (a gradient step), plus what
+    unpacking adds to one that consumes it (the update): the difference of medians, with and without."""
+    packer = launcher.TreePacker(leaves)
+    produce = jax.jit(lambda t: [x * 2 for x in t])
+    produce_packed = jax.jit(lambda t: packer.pack([x * 2 for x in t]))
+    consume = jax.jit(lambda t: [x * 0.5 for x in t])
+    consume_packed = jax.jit(lambda flat: [x * 0.5 for x in packer.unpack(flat)])
+    flat = produce_packed(leaves)
+    plain = median_seconds(lambda: produce(leaves), repeats, comm) + median_seconds(lambda: consume(leaves), repeats, comm)
+    packed = median_seconds(lambda: produce_packed(leaves), repeats, comm) + \
+        median_seconds(lambda: consume_packed(flat), repeats, comm)
+    return max(0.0, packed - plain)
 
 
 def check_results(leaves, comm, mpi4jax_comm, global_mesh):
@@ -79,6 +103,10 @@ def check_results(leaves, comm, mpi4jax_comm, global_mesh):
     expected = [np.asarray(x) * size for x in leaves]  # every rank contributes the same values here
     fused = launcher.allreduce(leaves)
     for got, want in zip(fused, expected):
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5)
+    packer = launcher.TreePacker(leaves)
+    unpacked = jax.jit(packer.unpack)(launcher.allreduce(jax.jit(packer.pack)(leaves)))
+    for got, want in zip(unpacked, expected):
         np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5)
 
 
@@ -103,7 +131,8 @@ def main(ctx):
         check_results(leaves, comm, mpi4jax_comm, global_mesh)
         repeats = repeats_for(nbytes, scale)
         timings = {name: median_seconds(make(leaves), repeats, comm) for name, make in methods.items()}
-        rows.append({"case": label, "bytes": nbytes, "leaves": len(leaves), "repeats": repeats, "seconds": timings})
+        rows.append({"case": label, "bytes": nbytes, "leaves": len(leaves), "repeats": repeats, "seconds": timings,
+                     "pack_seconds": pack_seconds(leaves, repeats, comm) if len(leaves) > 1 else 0.0})
         if ctx.is_main:
             print(format_row(rows[-1]), flush=True)
 
@@ -126,12 +155,15 @@ def format_row(row):
 
 
 def format_table(rows):
-    header = "| case | " + " | ".join(METHODS) + " | launcher / mpi4py | per-leaf / launcher |"
-    lines = [header, "|" + "---|" * (len(METHODS) + 3)]
+    header = ("| case | " + " | ".join(METHODS) + " | launcher / mpi4py | packed (+ pack in jit) / mpi4py "
+              "| per-leaf / launcher |")
+    lines = [header, "|" + "---|" * (len(METHODS) + 4)]
     for row in rows:
         t = row["seconds"]
+        packed = (t["launcher packed"] + row.get("pack_seconds", 0.0)) / t["mpi4py"]
         lines.append(f"| {row['case']} | " + " | ".join(human_time(t[m]) for m in METHODS)
-                     + f" | {t['launcher'] / t['mpi4py']:.2f}x | {t['mpi4jax per-leaf'] / t['launcher']:.1f}x |")
+                     + f" | {t['launcher'] / t['mpi4py']:.2f}x | {packed:.2f}x"
+                     + f" | {t['mpi4jax per-leaf'] / t['launcher']:.1f}x |")
     return "\n".join(lines)
 
 

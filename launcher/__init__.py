@@ -14,12 +14,12 @@ device environment (XLA_FLAGS, CUDA_VISIBLE_DEVICES) before JAX's first import.
 
 __version__ = "0.1.0"
 
-__all__ = ["allreduce", "broadcast", "allgather", "barrier", "JobContext", "load_result", "load_spec",
+__all__ = ["allreduce", "broadcast", "allgather", "barrier", "TreePacker", "JobContext", "load_result", "load_spec",
            "JobSpec", "__version__"]
 
 _LAZY = {
     "allreduce": "collectives", "broadcast": "collectives", "allgather": "collectives",
-    "barrier": "collectives", "JobContext": "runtime.context", "load_result": "results",
+    "barrier": "collectives", "TreePacker": "collectives", "JobContext": "runtime.context", "load_result": "results",
     "load_spec": "spec", "JobSpec": "spec",
 }
 

@@ -23,8 +23,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 from .errors import UsageError
-from .spec import JobSpec
+
+if TYPE_CHECKING:  # the ranks read spec.json without pydantic: see read_rank_spec
+    from .spec import JobSpec
 
 RUNS_ROOT = "runs"
 
@@ -135,8 +139,15 @@ class RunDirectory:
         """The run directory a run started now would use, for --dry-run and render; nothing is created."""
         return cls(cls.expand(cls.template(spec, path), spec, time.strftime("%Y%m%d-%H%M%S")))
 
-    def read_spec(self) -> JobSpec:
+    def read_spec(self) -> "JobSpec":
+        from .spec import JobSpec
+
         return JobSpec.model_validate_json(self.spec_file.read_text())
+
+    def read_rank_spec(self) -> "RankSpec":
+        """spec.json for a rank: plain JSON, no validation. jaxlaunch wrote it from a validated
+        JobSpec, and importing pydantic (and the YAML loader) in every rank costs ~0.2 s of start-up."""
+        return RankSpec(json.loads(self.spec_file.read_text()))
 
     def read_status(self) -> dict:
         try:
@@ -187,3 +198,14 @@ class RunDirectory:
             except (OSError, ValueError):
                 continue
         return records
+
+
+class RankSpec:
+    """The fields of spec.json as attributes (spec.params, spec.slurm["launch"], ...)."""
+
+    def __init__(self, fields: dict):
+        self.__dict__.update(fields)
+
+    @property
+    def num_processes(self) -> int:
+        return self.nodes * self.processes_per_node

@@ -15,7 +15,12 @@ import sys
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
+# jaxlaunch's models use no pydantic plugins: skip pydantic's scan of every installed package's
+# entry points while they are built (~40 ms of every command). Restored after the models.
+_PLUGINS_SETTING = os.environ.get("PYDANTIC_DISABLE_PLUGINS")
+os.environ["PYDANTIC_DISABLE_PLUGINS"] = "__all__"
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator  # noqa: E402
 
 from . import yaml12
 from .errors import SpecError
@@ -215,6 +220,11 @@ class JobSpec(_Strict):
 
 
 SPEC_KEYS = {(): JobSpec, ("slurm",): SlurmSpec}
+
+if _PLUGINS_SETTING is None:
+    del os.environ["PYDANTIC_DISABLE_PLUGINS"]
+else:
+    os.environ["PYDANTIC_DISABLE_PLUGINS"] = _PLUGINS_SETTING
 
 
 # --- loading -------------------------------------------------------------------------------

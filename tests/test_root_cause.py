@@ -75,6 +75,28 @@ def test_the_peer_of_a_lost_connection_is_the_cause_not_the_rank_mpirun_names():
     assert "Fatal Python error: Segmentation fault" in crashed["first_failure"]["error"]
 
 
+PRTE_SOCKET_CLOSED = """[node1:00000] *** An error occurred in Socket closed
+[node1:00000] *** reported by process [1079050241,0]
+[node1:00000] *** on a NULL communicator
+[node1:00000] *** Unknown error
+[node1:00000] *** MPI_ERRORS_ARE_FATAL (processes in this communicator will now abort,
+[node1:00000] ***    and MPI will try to terminate your MPI job as well)
+--------------------------------------------------------------------------
+prterun has exited due to process rank 0 with PID 24718 on node node1 calling
+"abort". This may have caused other processes in the application to be
+terminated by signals sent by prterun (as reported here)."""
+
+
+def test_a_socket_closed_abort_is_a_victim_and_the_vanished_peer_the_cause():
+    """CI, Slurm, mpirun mode: rank 1 got SIGKILL; rank 0's MPI saw the socket close and aborted
+    before prterun reported the signal, naming no peer host."""
+    reports, every = root_cause.parse_launcher_messages(PRTE_SOCKET_CLOSED)
+    assert reports[0]["rank"] == 0 and reports[0]["error"] == "called MPI_Abort after a peer closed its socket"
+    failure = build(reports, every)
+    assert failure["first_failure"]["rank"] == 1 and failure["first_failure"]["error"].startswith("vanished")
+    assert failure["torn_down_ranks"] == [0]
+
+
 def test_own_record_wins_and_launcher_reports_after_it_are_teardown():
     reports, every = root_cause.parse_launcher_messages(SRUN_EXIT3)
     own = {"rank": 1, "host": "node2", "time": 50.0, "exit_code": 3, "signal": None, "traceback": "Traceback...",

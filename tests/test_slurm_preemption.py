@@ -100,6 +100,26 @@ def test_real_preemption_requeues_and_resumes_bit_identical(slurm_env, tmp_path,
     assert f"job {job_id} requeued 1 time: 1 preemption, 0 time limits" in rows
 
 
+def test_preempted_twice_resumes_twice_bit_identical(slurm_env, tmp_path, reference):
+    """Two real preemptions of one job (srun mode: the ranks checkpoint at the SIGTERM each time)."""
+    run_dir = tmp_path / "run"
+    job_id = submit(slurm_env, run_dir, "srun")
+    wait_for_checkpoint(run_dir, 20)
+    preempt_with_urgent_job(slurm_env, tmp_path)
+    wait_for_restart(run_dir, 1)
+    wait_for_checkpoint(run_dir, 40)
+    preempt_with_urgent_job(slurm_env, tmp_path)
+    assert wait_for_end(slurm_env, job_id) == "COMPLETED"
+    assert_same_training(load_result(run_dir), reference)
+    assert requeue_record(run_dir) == {"requeues": 2, "preemptions": 2, "timeouts": 0}
+    timeline = events(run_dir)
+    stops = [e for e in timeline if e["event"] == "stopped"]
+    assert len(stops) == 2 and all(e["at_agreed_point"] and "SIGTERM" in e["sources"] for e in stops)
+    restored = [e["step"] for e in timeline if e["event"] == "restored"]
+    assert len(restored) == 2 and 20 < restored[0] < restored[1] < 80
+    assert load_result(run_dir)["attempt"] == 2
+
+
 @pytest.mark.parametrize("launch", ["mpirun", "srun"])
 def test_time_limit_notice_twice_requeues_twice(slurm_env, tmp_path, reference, launch):
     """The notice sbatch --signal=B:USR2@T sends, twice: two requeues, same bits."""

@@ -7,6 +7,7 @@ are the only characters that could end a `#SBATCH` comment line and start a comm
 
 from __future__ import annotations
 
+import functools
 import shlex
 from importlib import resources
 from pathlib import Path
@@ -36,6 +37,7 @@ def slurm_time_limit(spec: JobSpec) -> int | None:
     return spec.timeout + SUPERVISOR_MARGIN_SECONDS if spec.timeout else None
 
 
+@functools.cache  # submit renders twice (a preview before the run directory exists, then the script)
 def _template() -> jinja2.Template:
     text = resources.files("launcher.templates").joinpath(TEMPLATE).read_text()
     environment = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True,

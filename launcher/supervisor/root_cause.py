@@ -22,6 +22,10 @@ _PRTE_SIGNAL = re.compile(r"process rank (\d+) with PID \d+ on node (\S+) exited
 _PRTE_IMPROPER = re.compile(r"process rank (\d+) with PID \d+ on node (\S+) exiting improperly")
 _PRTE_CALLED_ABORT = re.compile(r"process rank (\d+) with PID \d+ on node (\S+) calling \"?abort")
 _PEER_LOST = re.compile(r"peer process has unexpectedly disconnected.*?Peer host: (\S+)")
+# The other way Open MPI reports a vanished peer (seen on Slurm with a rank killed by SIGKILL):
+# "An error occurred in Socket closed ... on a NULL communicator", with no peer host named.
+_SOCKET_CLOSED = re.compile(r"An error occurred in Socket closed")
+UNKNOWN_PEER_HOST = "?"
 _PRTE_EXIT_CODE = re.compile(r"Process name: \[[^\]]*?,(\d+)\] Exit code: (\d+)")
 _MPI_ABORT = re.compile(r"MPI_ABORT was invoked on rank (\d+)")
 _SRUN_TASK = re.compile(r"srun: error: (\S+): tasks? ([\d,\-]+): (.+?)(?: \(core dumped\))?$")
@@ -79,11 +83,16 @@ def parse_launcher_messages(text: str) -> tuple[list[dict], bool]:
     for m in _MPI_ABORT.finditer(flat):
         add(int(m.group(1)), m.start(), error="called MPI_Abort")
     lost = _PEER_LOST.search(flat)
+    socket_closed = _SOCKET_CLOSED.search(flat)
     for m in _PRTE_CALLED_ABORT.finditer(flat):
         # A rank whose MPI library aborted because a peer vanished is a victim, not the cause.
-        add(int(m.group(1)), m.start(), host=m.group(2), error="called MPI_Abort" + (
-            f" after losing its connection to a peer on {lost.group(1)}" if lost else ""),
-            lost_peer_host=lost.group(1) if lost else None)
+        if lost:
+            why, peer = f" after losing its connection to a peer on {lost.group(1)}", lost.group(1)
+        elif socket_closed:
+            why, peer = " after a peer closed its socket", UNKNOWN_PEER_HOST
+        else:
+            why, peer = "", None
+        add(int(m.group(1)), m.start(), host=m.group(2), error="called MPI_Abort" + why, lost_peer_host=peer)
     srun = False
     for position, line in enumerate(text.splitlines()):
         m = _SRUN_TASK.search(line.strip())
