@@ -12,7 +12,7 @@ from pathlib import Path
 
 from .errors import UsageError
 from .rundir import RunDirectory
-from .runtime.bootstrap import RUN_DIR_ENV
+from .runtime.environment import RUN_DIR_ENV
 from .runtime.topology import EMULATED_PPN
 from .spec import JobSpec
 

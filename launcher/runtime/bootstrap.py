@@ -15,12 +15,10 @@ import time
 import traceback
 from pathlib import Path
 
+from .environment import ATTEMPT_ENV, RUN_DIR_ENV  # noqa: F401  (also re-exported)
 from .topology import node_name
 
-RUN_DIR_ENV = "JAXLAUNCH_RUN_DIR"
 JOB_MODULE_PREFIX = "jaxlaunch_job_"  # job files are imported as modules named jaxlaunch_job_<stem>
-# Set by the supervisor: 0 for the first attempt, 1 after the first restart, ...
-ATTEMPT_ENV = "JAXLAUNCH_ATTEMPT"
 
 
 def load_entrypoint(entrypoint: str):

@@ -440,7 +440,7 @@ def _read_manifest(folder: Path) -> dict:
 
 
 def _log_event(event: str, **fields) -> None:
-    from .bootstrap import RUN_DIR_ENV
+    from .environment import RUN_DIR_ENV
 
     if os.environ.get(RUN_DIR_ENV):
         from ..rundir import RunDirectory

@@ -16,7 +16,7 @@ import jinja2
 
 from .. import __version__
 from ..local import RANK_ENV_DEFAULTS, RANK_PROGRAM, mpirun_flags
-from ..runtime.bootstrap import ATTEMPT_ENV, RUN_DIR_ENV
+from ..runtime.environment import ATTEMPT_ENV, RUN_DIR_ENV
 from ..spec import JobSpec, format_slurm_time
 
 TEMPLATE = "batch.sh.j2"

@@ -31,7 +31,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from ..rundir import RunDirectory, atomic_write_json
-from ..runtime.bootstrap import ATTEMPT_ENV
+from ..runtime.environment import ATTEMPT_ENV
 from ..spec import JobSpec
 from . import root_cause
 from .processes import kill_job_processes
@@ -296,7 +296,10 @@ class Supervisor:
             if stop_reason is not None:
                 self._stop_job(process, stop_reason, detail, attempt)
                 break
-            time.sleep(POLL_SECONDS)
+            try:  # returns as soon as the launcher exits (Popen polls every <= 50 ms), unlike a sleep
+                process.wait(timeout=POLL_SECONDS)
+            except subprocess.TimeoutExpired:
+                pass
         process.wait()
         if stop_reason is None and self.stop_signal is not None:
             # The signal reached the launcher too (scancel signals every process of the job) and
