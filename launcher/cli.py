@@ -132,6 +132,26 @@ def run(spec, overrides, sweeps, max_parallel, run_dir, dry_run, resume_dir):
 
 @main.command()
 @spec_options
+@click.option("--target", type=click.Choice(["local", "slurm"]), default="local", show_default=True,
+              help="Ranks as `jaxlaunch run` starts them here, or as a Slurm job (checked against the cluster).")
+@click.option("--run-dir", type=click.Path(file_okay=False), help="Run directory to show paths for.")
+@_user_errors
+def explain(spec, overrides, target, run_dir):
+    """Show each rank's node, local rank, devices, environment and mesh, the resources requested,
+    and (--target slurm) whether the request fits the cluster; exit 2 if it cannot."""
+    from .explain import check_against_cluster, format_explain
+    from .rundir import RunDirectory
+    from .spec import load_spec
+
+    job = load_spec(spec, overrides)
+    problems, warnings = check_against_cluster(job) if target == "slurm" else ([], [])
+    click.echo(format_explain(job, target, RunDirectory.preview(job, run_dir).path, problems, warnings), nl=False)
+    if problems:
+        sys.exit(2)
+
+
+@main.command()
+@spec_options
 @click.option("--target", type=click.Choice(["slurm", "mpirun"]), default="slurm", show_default=True,
               help="A Slurm batch script, or the local mpirun command.")
 @click.option("--run-dir", type=click.Path(file_okay=False), help="Run directory to render paths for.")
@@ -160,8 +180,9 @@ def render(spec, overrides, target, run_dir):
 @click.option("--wait", is_flag=True, help="Follow the job (or every task of a sweep) until it ends; exit 0 only "
                                            "if all COMPLETED.")
 @click.option("--parsable", is_flag=True, help="Print only the job id (for a sweep, the array ids).")
+@click.option("--no-check", is_flag=True, help="Do not check the request against the cluster before sbatch.")
 @_user_errors
-def submit(spec, overrides, sweeps, max_parallel, run_dir, dry_run, wait, parsable):
+def submit(spec, overrides, sweeps, max_parallel, run_dir, dry_run, wait, parsable, no_check):
     """Submit SPEC to Slurm with sbatch; a sweep as one job array."""
     from .rundir import RunDirectory
     from .slurm.jobs import render_for_submission, submit_job, wait_for_job
@@ -170,11 +191,16 @@ def submit(spec, overrides, sweeps, max_parallel, run_dir, dry_run, wait, parsab
 
     sweep = load_sweep(spec, overrides, sweeps)
     if sweep is not None:
+        if not (no_check or dry_run):
+            _check_fit({c.spec.model_dump_json(exclude={"params", "name", "env"}): c.spec
+                        for c in sweep.configurations}.values())
         _submit_sweep(sweep, max_parallel, run_dir, dry_run, wait, parsable)
         return
     if max_parallel is not None:
         raise click.UsageError("--max-parallel is for sweeps (give --sweep KEY=V1,V2 or a spec with sweep:)")
     job = load_spec(spec, overrides)
+    if not (no_check or dry_run):
+        _check_fit([job])
     preview = render_for_submission(job, RunDirectory.preview(job, run_dir).path)  # fails before any folder exists
     if dry_run:
         click.echo(preview, nl=False)
@@ -191,6 +217,15 @@ def submit(spec, overrides, sweeps, max_parallel, run_dir, dry_run, wait, parsab
         if text is not None:
             click.echo(text)
         sys.exit({"COMPLETED": 0, "TIMEOUT": EXIT_TIMEOUT}.get(info.state, 1))
+
+
+def _check_fit(specs) -> None:
+    """Refuse (exit 2) a request the cluster can never run; print the warnings."""
+    from .explain import refuse_if_it_cannot_fit
+
+    for job in specs:
+        for warning in refuse_if_it_cannot_fit(job):
+            click.echo(f"warning: {warning}", err=True)
 
 
 def _submit_sweep(sweep, max_parallel, run_dir, dry_run, wait, parsable):

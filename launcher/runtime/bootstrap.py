@@ -148,9 +148,10 @@ def main() -> None:
         if spec.jax_distributed:
             start_jax_distributed(jax, comm, spec.platform)
         devices = jax.local_devices()
-        if len(devices) != spec.devices_per_process:
-            raise RuntimeError(f"rank {rank} sees {len(devices)} devices, expected devices_per_process="
-                               f"{spec.devices_per_process}: {devices}")
+        from .preflight import run_preflight
+
+        # Before the job's code: all ranks must run the same software on the devices they should.
+        run_preflight(comm, run, rank, devices, spec.devices_per_process)
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s",
                             stream=sys.stderr)
         from .checkpoints import Checkpoints

@@ -1,0 +1,44 @@
+"""`jaxlaunch explain`: the per-rank plan (from the same binding code the ranks run) and the
+resources. Checks against a real cluster are in test_slurm_explain.py."""
+
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from launcher.cli import main
+from launcher.explain import _gres_gpus, _mem_request_mb, _slurm_seconds, plan_ranks
+from launcher.spec import load_spec
+
+SPEC = "name: x\nentrypoint: m:f\nnodes: 2\nprocesses_per_node: 2\ndevices_per_process: 2\n"
+
+
+def test_explain_table_for_2_nodes_x_2_processes_x_2_devices(write_spec, tmp_path):
+    result = CliRunner().invoke(main, ["explain", str(write_spec(SPEC)), "--run-dir", str(tmp_path / "run")])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0] == "x: 2 node(s) x 2 process(es) x 2 cpu device(s) = 4 ranks, 8 devices; on this machine, under mpirun"
+    rows = [line.split() for line in lines[4:8]]
+    assert [row[:6] for row in rows] == [["0", "0", "0", "2", "host", "devices"], ["1", "0", "1", "2", "host", "devices"],
+                                         ["2", "1", "0", "2", "host", "devices"], ["3", "1", "1", "2", "host", "devices"]]
+    assert [row[6] for row in rows] == ["0-1", "2-3", "4-5", "6-7"]  # global device indices
+    assert all(row[7] == "Mesh(devices=2)" for row in rows)
+    shared = next(line for line in lines if line.startswith("every rank also gets: "))
+    assert "XLA_FLAGS=--xla_force_host_platform_device_count=2" in shared and "JAX_PLATFORMS=cpu" in shared
+    assert f"JAXLAUNCH_RUN_DIR={tmp_path / 'run'}" in shared and "JAXLAUNCH_EMULATED_PROCESSES_PER_NODE=2" in shared
+    resources = [line.split() for line in lines if line.startswith(("per node", "total"))]
+    assert resources == [["per", "node", "2", "4", "2", "0"], ["total", "(2", "nodes)", "4", "8", "4", "0"]]
+
+
+def test_gpu_binding_follows_the_local_rank_not_the_global_rank(write_spec):
+    spec = load_spec(write_spec(SPEC + "platform: gpu\n"))
+    rows = plan_ranks(spec, "slurm", Path("/r"))
+    assert [r.env["CUDA_VISIBLE_DEVICES"] for r in rows] == ["0,1", "2,3", "0,1", "2,3"]
+    assert [r.global_devices for r in rows] == ["0-1", "2-3", "4-5", "6-7"]
+
+
+def test_cluster_value_parsers():
+    assert _gres_gpus("gpu:4") == 4 and _gres_gpus("gpu:a100:4(S:0-1)") == 4 and _gres_gpus("(null)") == 0
+    assert _gres_gpus("gpu:a100:2,gpu:v100:2") == 4
+    assert _slurm_seconds("1-00:00:00") == 86400 and _slurm_seconds("UNLIMITED") is None
+    assert _slurm_seconds("30:00") == 1800
+    assert _mem_request_mb(["--mem=8G"]) == 8192 and _mem_request_mb(["--exclusive"]) is None

@@ -1,0 +1,45 @@
+"""explain and submit's check against the real local Slurm cluster (2 nodes x 2 CPUs, no GPUs)."""
+
+import subprocess
+
+import pytest
+
+from conftest import JOBS, jaxlaunch
+
+pytestmark = pytest.mark.slurm
+SPEC = JOBS / "normalize.yaml"
+
+
+def jobs_in_queue(slurm_env):
+    return subprocess.run(["squeue", "--noheader", "--format=%i"], env=slurm_env, capture_output=True, text=True,
+                          check=True, timeout=30).stdout.split()
+
+
+def test_a_request_that_fits_is_said_to(slurm_env):
+    result = jaxlaunch("explain", SPEC, "--target", "slurm", "--set", "nodes=2", env=slurm_env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.rstrip().endswith("the request fits the cluster")
+
+
+def test_more_nodes_than_the_partition_has_is_refused_with_the_fix(slurm_env):
+    result = jaxlaunch("explain", SPEC, "--target", "slurm", "--set", "nodes=3", env=slurm_env)
+    assert result.returncode == 2
+    assert "refused: 3 nodes requested; partition 'debug' has 2. Fix: --set nodes=2 or less" in result.stdout
+
+
+def test_submit_refuses_gpus_the_partition_lacks_before_sbatch(slurm_env, tmp_path):
+    before = jobs_in_queue(slurm_env)
+    result = jaxlaunch("submit", SPEC, "--set", "platform=gpu", "--set", "slurm.gpus_per_node=4",
+                       "--run-dir", tmp_path / "run", env=slurm_env)
+    assert result.returncode == 2
+    assert result.stderr.startswith("Error: the request does not fit the cluster; nothing was submitted:\n")
+    assert "partition 'debug' has no GPUs (no gpu gres on its nodes). Fix: --set slurm.partition=" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "run").exists() and jobs_in_queue(slurm_env) == before
+
+
+def test_too_many_cpus_per_node_is_refused(slurm_env, tmp_path):
+    result = jaxlaunch("submit", SPEC, "--set", "processes_per_node=2", "--set", "slurm.cpus_per_task=2",
+                       "--run-dir", tmp_path / "run", env=slurm_env)
+    assert result.returncode == 2
+    assert "4 CPUs per node requested (2 processes x 2 cpus_per_task); nodes of 'debug' have 2" in result.stderr
