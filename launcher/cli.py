@@ -185,7 +185,7 @@ def render(spec, overrides, target, run_dir):
 def submit(spec, overrides, sweeps, max_parallel, run_dir, dry_run, wait, parsable, no_check):
     """Submit SPEC to Slurm with sbatch; a sweep as one job array."""
     from .rundir import RunDirectory
-    from .slurm.jobs import render_for_submission, submit_job, wait_for_job
+    from .slurm.jobs import render_for_submission, wait_for_job
     from .spec import load_spec
     from .sweeps.plan import load_sweep
 
@@ -198,15 +198,16 @@ def submit(spec, overrides, sweeps, max_parallel, run_dir, dry_run, wait, parsab
         return
     if max_parallel is not None:
         raise click.UsageError("--max-parallel is for sweeps (give --sweep KEY=V1,V2 or a spec with sweep:)")
-    job = load_spec(spec, overrides)
-    if not (no_check or dry_run):
-        _check_fit([job])
-    preview = render_for_submission(job, RunDirectory.preview(job, run_dir).path)  # fails before any folder exists
     if dry_run:
-        click.echo(preview, nl=False)
+        job = load_spec(spec, overrides)
+        click.echo(render_for_submission(job, RunDirectory.preview(job, run_dir).path), nl=False)
         return
-    run = RunDirectory.create(job, run_dir)
-    job_id = submit_job(job, run)
+    from .api import submit as submit_spec
+
+    handle = submit_spec(spec, overrides, run_dir, check=not no_check)
+    for warning in handle.warnings:
+        click.echo(f"warning: {warning}", err=True)
+    job_id, run = handle.id, handle.run
     # With --wait, stdout is for the result, as with `run`; the job id goes to stderr with the progress.
     click.echo(job_id if parsable else f"Submitted job {job_id}; run directory: {run.path}", err=wait)
     if wait:

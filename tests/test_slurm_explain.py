@@ -43,3 +43,18 @@ def test_too_many_cpus_per_node_is_refused(slurm_env, tmp_path):
                        "--run-dir", tmp_path / "run", env=slurm_env)
     assert result.returncode == 2
     assert "4 CPUs per node requested (2 processes x 2 cpus_per_task); nodes of 'debug' have 2" in result.stderr
+
+
+def test_python_api_submit_wait_result_logs(slurm_env, tmp_path, monkeypatch):
+    import launcher
+
+    for key, value in slurm_env.items():
+        monkeypatch.setenv(key, value)
+    job = launcher.submit(SPEC, overrides=["nodes=2"], run_dir=tmp_path / "run")
+    assert job.id.isdigit() and job.warnings == []
+    assert job.wait(timeout=120) == "COMPLETED"
+    assert job.result()["processes"] == 2
+    assert "COMPLETED" in job.logs() and "[rank 1]" in job.logs()
+    assert launcher.job(job.id).state() == "COMPLETED"
+    with pytest.raises(launcher.api.UsageError, match="does not fit the cluster"):
+        launcher.submit(SPEC, overrides=["nodes=3"], run_dir=tmp_path / "other")

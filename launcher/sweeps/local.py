@@ -15,7 +15,7 @@ import time
 from .directory import SweepDirectory
 
 OUTPUT_LOG = "output.log"
-TASK_PROGRAM = ["-m", "launcher.sweeps.task"]
+TASK_PROGRAM = ["-m", "launcher.background"]
 POLL_SECONDS = 0.2
 # After Ctrl-C, how long the configurations' supervisors get to stop their ranks.
 STOP_GRACE_SECONDS = 30
