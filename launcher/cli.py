@@ -284,8 +284,9 @@ def _sweep_or_job_ids(ctx, param, value):
 @click.option("-v", "--verbose", is_flag=True, help="For a sweep: one row per task.")
 @_user_errors
 def status(job_ids, verbose):
-    """Show state, elapsed time, nodes and run directory of jobs (default: those jaxlaunch submitted).
-    For a sweep (its array id or directory): the count of tasks in each state."""
+    """Show state, elapsed time, nodes and run directory of jobs (default: those jaxlaunch submitted,
+    and the recent local runs in runs/). For a sweep (its array id or directory): the count of tasks
+    in each state."""
     from tabulate import tabulate
 
     from .slurm.jobs import (failure_lines, find_run_dir, known_job_ids, requeue_line, status_table,
@@ -294,8 +295,18 @@ def status(job_ids, verbose):
     from .sweeps.directory import SweepDirectory
 
     ids = list(job_ids) or known_job_ids()[:20]
+    if not job_ids:
+        from .local import recent_local_runs
+
+        local = recent_local_runs()
+        if local:
+            click.echo(tabulate(local, headers=["LOCAL RUN", "STATE", "DURATION", "RESULT"]))
+            if ids:
+                click.echo()
+        elif not ids:
+            click.echo("no jobs submitted with jaxlaunch yet, and no local runs in runs/")
+            return
     if not ids:
-        click.echo("no jobs submitted with jaxlaunch yet")
         return
     sweeps = [SweepDirectory(i) if not re.fullmatch(r"[\d_]+", i) else sweep_dir_of(i) for i in ids]
     for directory in dict.fromkeys(d.path for d in sweeps if d is not None):
@@ -324,15 +335,35 @@ def status(job_ids, verbose):
         raise unknown_jobs_error(unknown)
 
 
+def _job_id_or_run_dir(ctx, param, value):
+    from pathlib import Path
+
+    if re.fullmatch(r"\d+(_\d+)?", value) or (Path(value) / "spec.json").is_file():
+        return value
+    raise click.BadParameter(f"{value!r} is not a Slurm job id (a number, e.g. 12345) nor a run directory "
+                             f"(a folder with spec.json)")
+
+
 @main.command()
-@click.argument("job_id", callback=_job_ids)
+@click.argument("job_id", callback=_job_id_or_run_dir, metavar="JOB_ID|RUN_DIR")
 @click.option("--rank", type=int, help="Show this rank's full log instead of the job's combined output.")
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new output until the job ends.")
 @_user_errors
 def logs(job_id, rank, follow):
-    """Print a job's output."""
+    """Print a job's output: a Slurm job's, or a local run's (its run directory)."""
     from .slurm.jobs import failure_lines, find_run_dir, stream_log
 
+    if not re.fullmatch(r"\d+(_\d+)?", job_id):
+        from .local import local_log_text
+        from .rundir import RunDirectory
+
+        if follow:
+            raise click.UsageError("-f follows Slurm jobs; a local run streams to the terminal that started it")
+        run = RunDirectory(job_id)
+        click.echo(local_log_text(run, rank), nl=False)
+        for line in failure_lines(run):
+            click.echo(line, err=True)
+        return
     stream_log(job_id, rank, follow, write=lambda text: click.echo(text, nl=False))
     for line in failure_lines(find_run_dir(job_id)):  # after the log, on stderr: the log stays clean
         click.echo(line, err=True)

@@ -109,3 +109,46 @@ def resume_local(path: str | Path, echo=print, print_result=print) -> int:
     spec = run.read_spec()
     echo(f"jaxlaunch: resuming {run.path} (was {state or 'unknown'})")
     return run_local(spec, run, echo=echo, print_result=print_result, resume=True)
+
+
+def local_log_text(run: RunDirectory, rank: int | None) -> str:
+    """`jaxlaunch logs RUN_DIR`: one rank's full log, or every rank's lines prefixed `[rank N]` (a
+    local run's terminal output is not kept as one file; its rank logs are)."""
+    ranks = sorted(int(p.stem.split("-")[1]) for p in run.logs.glob("rank-*.log"))
+    if rank is not None:
+        if rank not in ranks:
+            raise UsageError(f"--rank {rank}: {run.path} has logs of rank{'s' if len(ranks) != 1 else ''} "
+                             f"{', '.join(map(str, ranks)) or 'none'}")
+        return run.rank_log(rank).read_text(errors="replace")
+    parts = []
+    for number in ranks:
+        text = run.rank_log(number).read_text(errors="replace")
+        parts += [f"[rank {number}] {line}\n" for line in text.splitlines()]
+    return "".join(parts)
+
+
+def recent_local_runs(root: str | Path = "runs", limit: int = 10) -> list[list[str]]:
+    """`jaxlaunch status` without ids: the newest local runs under `root` (state, duration, and the
+    result's scalars, shortened)."""
+    import json
+
+    rows = []
+    runs = [p.parent for p in Path(root).glob("*/status.json")]
+    for folder in sorted(runs, key=lambda p: p.stat().st_mtime, reverse=True)[:limit]:
+        run = RunDirectory(folder)
+        status = run.read_status()
+        if status.get("backend") != "local":
+            continue
+        seconds = (status.get("ended") or time.time()) - status["started"] if status.get("started") else None
+        summary = ""
+        try:
+            value = json.loads(run.result_file.read_text())
+            if isinstance(value, dict):
+                value = {k: v for k, v in value.items() if isinstance(v, (int, float, str, bool))}
+            summary = json.dumps(value)
+        except (OSError, ValueError):
+            failure = run.read_failure()
+            summary = failure["summary"] if failure else ""
+        rows.append([str(folder), status.get("state", "?"), "" if seconds is None else f"{seconds:.1f} s",
+                     summary if len(summary) <= 60 else summary[:57] + "..."])
+    return rows
