@@ -322,7 +322,7 @@ def status(job_ids, verbose):
         return
     rows, unknown = status_table(ids)
     if rows:
-        click.echo(tabulate(rows, headers=["JOBID", "STATE", "ELAPSED", "NODES", "RUN DIR"]))
+        click.echo(tabulate(rows, headers=["JOBID", "STATE", "ELAPSED/LIMIT", "NODES", "RUN DIR"]))
     for row in rows:
         run = find_run_dir(row[0]) if row[4] else None
         requeued = requeue_line(run)

@@ -68,7 +68,7 @@ def test_status_with_no_jobs(monkeypatch, tmp_path):
 def test_pending_reason_and_elapsed_against_the_limit(monkeypatch):
     monkeypatch.setattr(scheduler, "call_slurm", lambda argv, **kw: "41|PENDING|0:00|2|Resources|1:00:00\n")
     info = scheduler.query_job("41")
-    assert info.describe_state() == "PENDING (Resources)" and info.describe_elapsed() == "0:00 of 1:00:00"
+    assert info.describe_state() == "PENDING (Resources)" and info.describe_elapsed() == "0:00/1:00:00"
     monkeypatch.setattr(scheduler, "call_slurm", lambda argv, **kw: "41|RUNNING|12:34|2|None|UNLIMITED\n")
     info = scheduler.query_job("41")
     assert info.describe_state() == "RUNNING" and info.describe_elapsed() == "12:34"

@@ -83,9 +83,10 @@ class JobInfo:
         return self.state
 
     def describe_elapsed(self) -> str:
-        """'0:42 of 1:00:00': elapsed against the time limit, when Slurm gave one."""
+        """'0:42/1:00:00': elapsed against the time limit, when Slurm gave one (one word: tables
+        and scripts split rows on whitespace)."""
         if self.time_limit and self.time_limit not in ("UNLIMITED", "INVALID", "NOT_SET"):
-            return f"{self.elapsed} of {self.time_limit}"
+            return f"{self.elapsed}/{self.time_limit}"
         return self.elapsed
 
 
