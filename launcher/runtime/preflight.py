@@ -133,7 +133,8 @@ def run_preflight(comm, run, rank: int, devices, expected_devices: int) -> dict:
 
     started = time.perf_counter()
     report = local_report(rank, devices, MPI.Get_library_version())
-    reports = comm.gather(report, root=0)
+    own_seconds = time.perf_counter() - started
+    reports = comm.gather(report, root=0)  # includes waiting for the slowest rank to get here
     verdict = None
     if rank == 0:
         problems = compare(reports, expected_devices)
@@ -145,6 +146,7 @@ def run_preflight(comm, run, rank: int, devices, expected_devices: int) -> dict:
                        + "\npreflight, before the job's code ran:\n" + format_reports(reports, problems)
                        + f"\n(saved in {run.path / PREFLIGHT_FILE})")
         document["seconds"] = round(time.perf_counter() - started, 4)
+        document["report_seconds"] = round(own_seconds, 4)  # rank 0's own cost of its report
         atomic_write_json(run.path / PREFLIGHT_FILE, document)
     verdict = comm.bcast(verdict, root=0)
     if verdict is not None:
