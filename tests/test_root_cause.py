@@ -97,6 +97,22 @@ def test_a_socket_closed_abort_is_a_victim_and_the_vanished_peer_the_cause():
     assert failure["torn_down_ranks"] == [0]
 
 
+SRUN_PEER_KILLED = """srun: Job step aborted: Waiting up to 4 seconds for job step to finish.
+srun: error: node1: task 0: Exited with exit code 14
+srun: launch/slurm: _step_signal: Terminating StepId=16.0
+srun: error: node2: task 1: Killed"""
+
+
+def test_srun_reports_the_mpi_abort_of_the_victim_before_the_killed_peer():
+    """CI, Slurm, srun mode: rank 1 got SIGKILL; rank 0's MPI library aborted (exit code 14,
+    MPI_ERR_UNKNOWN) and srun reported that first."""
+    reports, every = root_cause.parse_launcher_messages(SRUN_PEER_KILLED)
+    assert [r["rank"] for r in reports] == [0, 1] and every
+    failure = build(reports, every)
+    assert failure["first_failure"]["rank"] == 1 and failure["first_failure"]["signal"] == "SIGKILL"
+    assert failure["torn_down_ranks"] == [0]
+
+
 def test_own_record_wins_and_launcher_reports_after_it_are_teardown():
     reports, every = root_cause.parse_launcher_messages(SRUN_EXIT3)
     own = {"rank": 1, "host": "node2", "time": 50.0, "exit_code": 3, "signal": None, "traceback": "Traceback...",

@@ -80,8 +80,9 @@ def test_cancel_a_sleeping_job(slurm_env, slurm_cluster, tmp_path):
 
 
 def test_sbatch_rejection_shows_sbatch_message(slurm_env, tmp_path):
+    # --no-check: jaxlaunch's own check would refuse the partition first (test_slurm_explain.py)
     result = jaxlaunch("submit", JOBS / "normalize.yaml", "--set", "slurm.partition=nosuchpartition",
-                       "--run-dir", tmp_path / "run", env=slurm_env)
+                       "--run-dir", tmp_path / "run", "--no-check", env=slurm_env)
     assert result.returncode == 1
     assert "Error: command failed (exit code 1): sbatch --parsable" in result.stderr
     assert "invalid partition" in result.stderr.lower()

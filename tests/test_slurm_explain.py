@@ -38,6 +38,15 @@ def test_submit_refuses_gpus_the_partition_lacks_before_sbatch(slurm_env, tmp_pa
     assert not (tmp_path / "run").exists() and jobs_in_queue(slurm_env) == before
 
 
+def test_an_unknown_partition_is_refused_naming_the_ones_that_exist(slurm_env, tmp_path):
+    result = jaxlaunch("submit", SPEC, "--set", "slurm.partition=nosuchpartition", "--run-dir", tmp_path / "run",
+                       env=slurm_env)
+    assert result.returncode == 2
+    assert "partition 'nosuchpartition' does not exist; this cluster has debug, urgent. Fix: --set " \
+           "slurm.partition=NAME with one of them" in result.stderr
+    assert not (tmp_path / "run").exists()
+
+
 def test_too_many_cpus_per_node_is_refused(slurm_env, tmp_path):
     result = jaxlaunch("submit", SPEC, "--set", "processes_per_node=2", "--set", "slurm.cpus_per_task=2",
                        "--run-dir", tmp_path / "run", env=slurm_env)

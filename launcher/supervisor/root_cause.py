@@ -29,6 +29,7 @@ UNKNOWN_PEER_HOST = "?"
 _PRTE_EXIT_CODE = re.compile(r"Process name: \[[^\]]*?,(\d+)\] Exit code: (\d+)")
 _MPI_ABORT = re.compile(r"MPI_ABORT was invoked on rank (\d+)")
 _SRUN_TASK = re.compile(r"srun: error: (\S+): tasks? ([\d,\-]+): (.+?)(?: \(core dumped\))?$")
+MPI_ERR_UNKNOWN_EXIT = 14  # Open MPI's exit code for a rank its MPI library aborted (MPI_ERR_UNKNOWN)
 LOG_TAIL_LINES = 5  # of the failing rank's log, in `status`, `logs` and `--wait`
 _FATAL_PYTHON = re.compile(r"^Fatal Python error: (.+)$", re.MULTILINE)
 
@@ -158,7 +159,11 @@ def build_failure(*, state: str, reason: str, num_processes: int, rank_errors: l
         failed[rank] = {"rank": rank, "host": started_ranks[rank], "exit_code": 0, "signal": None,
                         "error": VANISHED, "time": seen_at - 1e-3,
                         "source": "launcher"}
-    launcher_only = [r for r in launcher_reports if r["rank"] not in failed]
+    # Exit code 14 with no record of the rank's own: its MPI library aborted with MPI_ERR_UNKNOWN,
+    # what Open MPI does when a peer's connection drops ("An error occurred in Socket closed ...
+    # Unknown error"). A victim: srun may report it before the signal that killed the peer.
+    launcher_only = sorted((r for r in launcher_reports if r["rank"] not in failed),
+                           key=lambda r: r.get("exit_code") == MPI_ERR_UNKNOWN_EXIT and r.get("signal") is None)
     if not failed and launcher_only:
         failed[launcher_only[0]["rank"]] = {**launcher_only[0], "time": seen_at}
     for record in launcher_reports:  # the launcher may know the exit code or signal of a rank's own failure
