@@ -188,14 +188,14 @@ def write_csv(table: SweepTable, path) -> Path:
     return path
 
 
-def _finite(value):
+def finite_for_json(value):
     """JSON has no NaN or infinity: a non-finite float becomes null (read it as "no usable value")."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_finite(v) for v in value]
+        return {k: finite_for_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite_for_json(v) for v in value]
     return value
 
 
@@ -203,7 +203,7 @@ def write_json(table: SweepTable, path) -> Path:
     """{"columns": [...], "rows": [{column: value}, ...]}, strict JSON: NaN and infinities are
     written as null, like a missing value, so any JSON reader accepts the file."""
     document = {"columns": list(table.columns),
-                "rows": [{c: _finite(row.get(c)) for c in table.columns} for row in table.rows]}
+                "rows": [{c: finite_for_json(row.get(c)) for c in table.columns} for row in table.rows]}
     path = Path(path)
     atomic_write_bytes(path, (json.dumps(document, indent=2, allow_nan=False) + "\n").encode())
     return path
