@@ -8,6 +8,9 @@ Reads every task's result (launcher.load_result), pairs each N-process configura
     strong (fixed global batch):      speedup T(1) / T(N),  efficiency T(1) / (N * T(N))
     weak (fixed batch per process):   efficiency T(1) / T(N)
 
+With repeats (the sweep's params.repeat), each repeat's efficiency uses that repeat's own runs;
+the table shows the median over repeats and, in brackets, their range.
+
 Prints a table, and writes SWEEP_DIR/scaling.json and SWEEP_DIR/scaling.png. Exits 1 with a
 message (no traceback) when a configuration is missing, failed, or did not return a scaling
 result; 2 when SWEEP_DIR is not a sweep directory.
