@@ -23,9 +23,8 @@ import time
 from pathlib import Path
 
 from .errors import UsageError
-from .rundir import RunDirectory
+from .rundir import FINAL_STATES, RunDirectory
 
-FINAL_STATES = ("COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", "PREEMPTED", "OUT_OF_MEMORY", "SUBMIT_FAILED")
 OUTPUT_LOG = "output.log"
 
 

@@ -12,6 +12,9 @@ import click
 
 from .errors import JaxlaunchError
 
+# A Slurm job id, or an array task's (123_4).
+JOB_ID = re.compile(r"\d+(_\d+)?")
+
 
 class _UserError(click.ClickException):
     """A library error shown as 'Error: ...' with its own exit code, never a traceback."""
@@ -263,7 +266,7 @@ def _print_results_table(sweep_dir) -> None:
 def _job_ids(ctx, param, value):
     """Slurm job ids are numbers (an array task: 123_4); anything else is a usage error."""
     for job_id in (value if isinstance(value, tuple) else (value,)):
-        if not re.fullmatch(r"\d+(_\d+)?", job_id):
+        if not JOB_ID.fullmatch(job_id):
             raise click.BadParameter(f"{job_id!r} is not a Slurm job id (a number, e.g. 12345)")
     return value
 
@@ -273,7 +276,7 @@ def _sweep_or_job_ids(ctx, param, value):
     from pathlib import Path
 
     for item in value:
-        if not re.fullmatch(r"\d+(_\d+)?", item) and not (Path(item) / "sweep.json").is_file():
+        if not JOB_ID.fullmatch(item) and not (Path(item) / "sweep.json").is_file():
             raise click.BadParameter(f"{item!r} is not a Slurm job id (a number, e.g. 12345, or 123_4 for an "
                                      f"array task) nor a sweep directory (a folder with sweep.json)")
     return value
@@ -308,7 +311,7 @@ def status(job_ids, verbose):
             return
     if not ids:
         return
-    sweeps = [SweepDirectory(i) if not re.fullmatch(r"[\d_]+", i) else sweep_dir_of(i) for i in ids]
+    sweeps = [SweepDirectory(i) if not JOB_ID.fullmatch(i) else sweep_dir_of(i) for i in ids]
     for directory in dict.fromkeys(d.path for d in sweeps if d is not None):
         directory = SweepDirectory(directory)
         states = task_states(directory)
@@ -338,7 +341,7 @@ def status(job_ids, verbose):
 def _job_id_or_run_dir(ctx, param, value):
     from pathlib import Path
 
-    if re.fullmatch(r"\d+(_\d+)?", value) or (Path(value) / "spec.json").is_file():
+    if JOB_ID.fullmatch(value) or (Path(value) / "spec.json").is_file():
         return value
     raise click.BadParameter(f"{value!r} is not a Slurm job id (a number, e.g. 12345) nor a run directory "
                              f"(a folder with spec.json)")
@@ -353,7 +356,7 @@ def logs(job_id, rank, follow):
     """Print a job's output: a Slurm job's, or a local run's (its run directory)."""
     from .slurm.jobs import failure_lines, find_run_dir, stream_log
 
-    if not re.fullmatch(r"\d+(_\d+)?", job_id):
+    if not JOB_ID.fullmatch(job_id):
         from .local import local_log_text
         from .rundir import RunDirectory
 

@@ -15,11 +15,11 @@ from pathlib import Path
 
 from .errors import SchedulerError, UsageError
 from .local import RANK_ENV_DEFAULTS
+from .runtime.context import DEVICE_AXIS
 from .runtime.environment import ATTEMPT_ENV, RUN_DIR_ENV
 from .runtime.topology import EMULATED_PPN, device_environment
 from .spec import JobSpec
 
-DEVICE_AXIS = "devices"  # launcher.runtime.context.DEVICE_AXIS, without importing JAX
 
 
 @dataclass(frozen=True)

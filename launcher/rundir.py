@@ -31,6 +31,8 @@ if TYPE_CHECKING:  # the ranks read spec.json without pydantic: see read_rank_sp
     from .spec import JobSpec
 
 RUNS_ROOT = "runs"
+# The states a run ends in (status.json); anything else is still pending or running.
+FINAL_STATES = ("COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", "OUT_OF_MEMORY", "PREEMPTED", "SUBMIT_FAILED")
 
 
 def current_umask() -> int:

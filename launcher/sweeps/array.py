@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import SchedulerError
-from ..rundir import RunDirectory, atomic_write_json
+from ..rundir import FINAL_STATES, RunDirectory, atomic_write_json
 from ..slurm import scheduler
 from ..slurm.jobs import jobs_index, render_for_submission
 from ..slurm.render import ARRAY_OUTPUT, SCRIPT_NAME, render_array_script, sbatch_directives
@@ -23,7 +23,6 @@ from ..spec import JobSpec
 from .directory import SweepDirectory, task_folder
 from .plan import Sweep
 
-FINAL_STATES = ("COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", "OUT_OF_MEMORY", "PREEMPTED", "SUBMIT_FAILED")
 
 
 def max_array_size() -> int:

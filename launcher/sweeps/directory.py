@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
@@ -62,13 +61,10 @@ class SweepDirectory:
         return directory
 
     def read(self) -> dict:
-        try:
-            return json.loads(self.sweep_file.read_text())
-        except FileNotFoundError:
-            raise UsageError(f"{self.path} is not a sweep directory (no {SWEEP_FILE}).\n"
-                             f"  fix: give the folder `jaxlaunch run/submit --sweep` printed.") from None
-        except ValueError as exc:
-            raise UsageError(f"{self.sweep_file}: unreadable ({exc})") from None
+        """sweep.json, checked (UsageError with the fix if it is missing or broken)."""
+        from .table import read_sweep
+
+        return read_sweep(self.path)
 
     def update(self, **fields) -> dict:
         record = {**self.read(), **fields}
