@@ -34,7 +34,7 @@ def _load(spec, overrides):
     if isinstance(spec, JobSpec):
         if overrides:
             raise UsageError("overrides apply to a spec file; pass the file's path, or change the JobSpec itself "
-                             "(spec.model_copy(update=...))")
+                             "(spec.replace(nodes=2, ...))")
         return spec
     return load_spec(spec, list(overrides))
 

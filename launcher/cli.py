@@ -94,8 +94,7 @@ def run(spec, overrides, sweeps, max_parallel, run_dir, dry_run, resume_dir):
     With a sweep, every configuration, --max-parallel at a time."""
     from .local import find_mpirun, plan_local_run, resume_local, run_local
     from .rundir import RunDirectory
-    from .spec import load_spec
-    from .sweeps.plan import load_sweep
+    from .sweeps.plan import Sweep, load_job_or_sweep
 
     if resume_dir is not None:
         if spec is not None or overrides or sweeps or run_dir is not None or dry_run:
@@ -104,10 +103,12 @@ def run(spec, overrides, sweeps, max_parallel, run_dir, dry_run, resume_dir):
         sys.exit(resume_local(resume_dir, echo=lambda m: click.echo(m, err=True), print_result=click.echo))
     if spec is None:
         raise click.UsageError("missing SPEC (or --resume RUN_DIR)")
-    sweep = load_sweep(spec, overrides, sweeps)
-    if sweep is not None:
+    job = load_job_or_sweep(spec, overrides, sweeps)
+    if isinstance(job, Sweep):
         from .sweeps.directory import SweepDirectory
         from .sweeps.local import run_sweep_locally
+
+        sweep = job
 
         if dry_run:
             click.echo(_describe_sweep(sweep))
@@ -121,7 +122,6 @@ def run(spec, overrides, sweeps, max_parallel, run_dir, dry_run, resume_dir):
         sys.exit(code)
     if max_parallel is not None:
         raise click.UsageError("--max-parallel is for sweeps (give --sweep KEY=V1,V2 or a spec with sweep:)")
-    job = load_spec(spec, overrides)
     if dry_run:
         plan = plan_local_run(job, RunDirectory.preview(job, run_dir), find_mpirun(), sys.executable,
                               os.geteuid() == 0)
@@ -189,25 +189,24 @@ def submit(spec, overrides, sweeps, max_parallel, run_dir, dry_run, wait, parsab
     """Submit SPEC to Slurm with sbatch; a sweep as one job array."""
     from .rundir import RunDirectory
     from .slurm.jobs import render_for_submission, wait_for_job
-    from .spec import load_spec
-    from .sweeps.plan import load_sweep
+    from .sweeps.plan import Sweep, load_job_or_sweep
 
-    sweep = load_sweep(spec, overrides, sweeps)
-    if sweep is not None:
+    job = load_job_or_sweep(spec, overrides, sweeps)
+    if isinstance(job, Sweep):
+        sweep = job
         if not (no_check or dry_run):
-            _check_fit({c.spec.model_dump_json(exclude={"params", "name", "env"}): c.spec
+            _check_fit({c.spec.to_json(exclude=("params", "name", "env")): c.spec
                         for c in sweep.configurations}.values())
         _submit_sweep(sweep, max_parallel, run_dir, dry_run, wait, parsable)
         return
     if max_parallel is not None:
         raise click.UsageError("--max-parallel is for sweeps (give --sweep KEY=V1,V2 or a spec with sweep:)")
     if dry_run:
-        job = load_spec(spec, overrides)
         click.echo(render_for_submission(job, RunDirectory.preview(job, run_dir).path), nl=False)
         return
     from .api import submit as submit_spec
 
-    handle = submit_spec(spec, overrides, run_dir, check=not no_check)
+    handle = submit_spec(job, (), run_dir, check=not no_check)
     for warning in handle.warnings:
         click.echo(f"warning: {warning}", err=True)
     job_id, run = handle.id, handle.run

@@ -15,9 +15,8 @@ from pathlib import Path
 
 from .errors import SchedulerError, UsageError
 from .local import RANK_ENV_DEFAULTS
-from .runtime.context import DEVICE_AXIS
 from .runtime.environment import ATTEMPT_ENV, RUN_DIR_ENV
-from .runtime.topology import EMULATED_PPN, device_environment
+from .runtime.topology import DEVICE_AXIS, EMULATED_PPN, device_environment
 from .spec import JobSpec
 
 

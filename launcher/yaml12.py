@@ -37,8 +37,10 @@ _FLOAT = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?")
 _INF = re.compile(r"[-+]?\.(inf|Inf|INF)")
 _NAN = re.compile(r"\.(nan|NaN|NAN)")
 
-# Characters YAML allows in a stream (c-printable); anything else is refused before parsing.
-_NOT_PRINTABLE = re.compile("[^\x09\x0a\x0d\x20-\x7e\x85\xa0-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+# Characters YAML does not allow in a stream (the complement of c-printable, which is \x09 \x0a
+# \x0d \x20-\x7e \x85 \xa0-\ud7ff \ue000-\ufffd \U00010000-\U0010ffff); refused before parsing.
+# Written as the complement because the negated class takes 7 ms to compile, at every start.
+_NOT_PRINTABLE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x84\x86-\x9f\ud800-\udfff\ufffe\uffff]")
 
 TAG = "tag:yaml.org,2002:"
 _SCALAR_TAGS = {"str", "int", "float", "bool", "null"}

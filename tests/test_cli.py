@@ -32,7 +32,7 @@ def test_misspelled_key_exits_2_with_file_line_and_valid_keys(write_spec):
 def test_bad_override_exits_2(write_spec):
     result = invoke("run", write_spec("name: x\nentrypoint: m:f\n"), "--set", "nodes=zero")
     assert result.exit_code == 2
-    assert result.output.startswith("Error: --set nodes=zero: nodes: Input should be a valid integer")
+    assert result.output.startswith("Error: --set nodes=zero: nodes: expected an integer")
 
 
 def test_missing_spec_file_exits_2(tmp_path):

@@ -44,7 +44,7 @@ def render_case(tmp_path, name, spec_dict=None, **kwargs):
     (tmp_path / "train.py").write_text("def main(ctx): pass\n")
     spec = load_spec(path)
     if spec.entrypoint_file:  # keep golden files free of the temp path
-        spec = spec.model_copy(update={"entrypoint": "/home/user/project/train.py:main"})
+        spec = spec.replace(entrypoint="/home/user/project/train.py:main")
     args = dict(run_dir=Path(f"/scratch/runs/{name}"), workdir=Path("/home/user/project"),
                 python="/opt/venv/bin/python", mpirun="/opt/venv/bin/mpirun", is_root=False)
     return render_batch_script(spec, **{**args, **kwargs})

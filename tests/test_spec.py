@@ -65,16 +65,16 @@ def test_nested_unknown_key_lists_the_section_keys(write_spec):
 
 
 @pytest.mark.parametrize("text, expected", [
-    ("name: x\nentrypoint: m:f\nnodes: two\n", ":3: nodes: Input should be a valid integer (got 'two')."),
-    ("name: x\nentrypoint: m:f\nnodes: 0\n", ":3: nodes: Input should be greater than or equal to 1 (got 0)."),
-    ("name: x\nentrypoint: m:f\nplatform: tpu\n", ":3: platform: Input should be 'cpu' or 'gpu' (got 'tpu')."),
+    ("name: x\nentrypoint: m:f\nnodes: two\n", ":3: nodes: expected an integer (got 'two')."),
+    ("name: x\nentrypoint: m:f\nnodes: 0\n", ":3: nodes: must be at least 1 (got 0)."),
+    ("name: x\nentrypoint: m:f\nplatform: tpu\n", ":3: platform: expected 'cpu' or 'gpu' (got 'tpu')."),
     ("name: x\nentrypoint: m:f\ntimeout: soon\n", ":3: timeout: 'soon' is not a duration"),
     ("name: x\nentrypoint: nocolon\n", ":2: entrypoint: 'nocolon' is not 'module:function' or 'file.py:function'."),
     ("name: bad name\nentrypoint: m:f\n", ":1: name: 'bad name' is not a valid job name"),
     ("name: x\nentrypoint: m:f\nenv: {1BAD: x}\n", ":3: env: '1BAD' is not a valid environment variable name."),
     ("name: x\nentrypoint: m:f\nslurm: {extra: [mem=4G]}\n", "'mem=4G' is not an sbatch option; write it like '--mem=8G'"),
     ("name: x\n", ":1: entrypoint: required key is missing.\n  fix: add `entrypoint:`"),
-    ("name: x\nentrypoint: m:f\nnodes: true\n", ":3: nodes: Input should be a valid integer (got True)."),
+    ("name: x\nentrypoint: m:f\nnodes: true\n", ":3: nodes: expected an integer (got True)."),
     ("- a\n- b\n", "the spec must be a YAML mapping"),
     ("name: x\nentrypoint: m:f\nslurm: {gpus_per_node: 2}\n", "slurm.gpus_per_node: GPUs requested but platform is 'cpu'"),
 ])
@@ -126,7 +126,7 @@ class TestOverrides:
 
     def test_set_errors_name_the_override(self, write_spec):
         message = error_of(write_spec, GOOD, ["nodes=many"])
-        assert message.startswith("--set nodes=many: nodes: Input should be a valid integer (got 'many').")
+        assert message.startswith("--set nodes=many: nodes: expected an integer (got 'many').")
         message = error_of(write_spec, GOOD, ["nodez=2"])
         assert message.startswith("--set nodez=2: nodez: unknown key.")
 
@@ -169,3 +169,46 @@ def test_zero_duration_is_refused(write_spec, zero):
         parse_duration(zero)
     message = error_of(write_spec, f"name: x\nentrypoint: m:f\ntimeout: {zero!r}\n")
     assert ":3: timeout: a duration must be positive." in message
+
+
+def test_every_problem_is_reported_at_once_in_file_order(write_spec):
+    path = write_spec("name: x\nentrypoint: m:f\nplatform: tpu\nnodez: 2\nslurm:\n  max_requeues: -1\nnodes: two\n")
+    lines = [line for line in error_of(write_spec, path.read_text()).splitlines() if line.startswith(str(path))]
+    assert [line.split(": ")[0].rsplit(":", 1)[1] for line in lines] == ["3", "4", "6", "7"]
+    assert "slurm.max_requeues: must be at least 0 (got -1)" in lines[2]
+
+
+@pytest.mark.parametrize("value", ["'2'", "2.0", "true", "null", "[2]"])
+def test_counts_are_strict_integers(write_spec, value):
+    assert ":3: nodes: expected an integer" in error_of(write_spec, f"name: x\nentrypoint: m:f\nnodes: {value}\n")
+
+
+@pytest.mark.parametrize("key, value", [("name", "5"), ("setup", "[1]"), ("env", "{A: [1]}"), ("params", "[1]"),
+                                        ("jax_distributed", "'yes'"), ("slurm", "gpu")])
+def test_other_types_are_strict_too(write_spec, key, value):
+    text = f"name: x\nentrypoint: m:f\n{key}: {value}\n" if key != "name" else f"name: {value}\nentrypoint: m:f\n"
+    message = error_of(write_spec, text)
+    assert "expected " in message and "(got " in message, message
+
+
+def test_a_jobspec_made_in_python_is_checked_like_a_file(write_spec):
+    from launcher.spec import InvalidRecord, JobSpec
+
+    spec = JobSpec(name="x", entrypoint="m:f", timeout="30m", slurm={"time": "1h"}, env={"N": 4})
+    assert (spec.timeout, spec.slurm.time, spec.env) == (1800, 3600, {"N": "4"})
+    with pytest.raises(InvalidRecord) as info:
+        JobSpec(name="bad name", entrypoint="m:f", nodes="2")
+    assert [p.loc for p in info.value.problems] == [("name",), ("nodes",)]
+    with pytest.raises(InvalidRecord, match="nodes: must be at least 1"):
+        spec.replace(nodes=0)
+    assert spec.replace(nodes=3).nodes == 3 and spec.nodes == 1  # frozen: replace makes a copy
+
+
+def test_spec_json_round_trip(write_spec):
+    from launcher.spec import JobSpec
+
+    spec = load_spec(write_spec(GOOD))
+    assert JobSpec.from_json(spec.to_json(indent=2)) == spec
+    data = spec.to_dict()
+    data["params"]["layers"].append(3)  # a copy: the spec is unchanged
+    assert spec.params["layers"] == [1, 2]

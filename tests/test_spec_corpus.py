@@ -213,3 +213,15 @@ def test_run_directory_that_cannot_be_made_is_a_usage_error(tmp_path):
     (tmp_path / "file").write_text("")
     with pytest.raises(UsageError, match="cannot create the run directory"):
         RunDirectory.create(JobSpec(name="x", entrypoint="m:f"), tmp_path / "file" / "run")
+
+
+def test_the_not_printable_class_is_the_complement_of_yaml_c_printable():
+    """yaml12 writes the refused characters as a positive class (7 ms less to compile at every
+    start); it must refuse exactly what YAML 1.2's c-printable does not allow."""
+    from launcher.yaml12 import _NOT_PRINTABLE
+
+    allowed = [(0x09, 0x0A), (0x0D, 0x0D), (0x20, 0x7E), (0x85, 0x85), (0xA0, 0xD7FF), (0xE000, 0xFFFD),
+               (0x10000, 0x10FFFF)]
+    text = "".join(map(chr, range(0x110000)))
+    refused = {match.start() for match in _NOT_PRINTABLE.finditer(text)}
+    assert refused == {c for c in range(0x110000) if not any(lo <= c <= hi for lo, hi in allowed)}

@@ -304,7 +304,7 @@ def test_any_document_and_overrides_give_a_spec_or_a_spec_error(text, sets):
         script = render_batch_script(spec, run_dir=WORK / "run", workdir=WORK, python=sys.executable,
                                      mpirun="/opt/mpirun", is_root=False)
         script.encode("utf-8")  # writable
-        spec.model_dump_json().encode("utf-8")  # spec.json writable
+        spec.to_json().encode("utf-8")  # spec.json writable
 
 
 @settings(max_examples=250, **SETTINGS)

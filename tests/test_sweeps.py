@@ -15,10 +15,10 @@ from launcher.cli import main
 from launcher.errors import SpecError
 from launcher.slurm import scheduler
 from launcher.slurm.render import render_array_script
-from launcher.spec import load_spec
+from launcher.spec import JobSpec, load_spec
 from launcher.sweeps.array import plan_arrays
 from launcher.sweeps.directory import SweepDirectory, task_folder
-from launcher.sweeps.plan import expand_range, load_sweep
+from launcher.sweeps.plan import expand_range, load_job_or_sweep
 
 GOLDEN = Path(__file__).parent / "golden"
 BASE = """\
@@ -44,12 +44,12 @@ def labels(sweep):
     return [c.values for c in sweep.configurations]
 
 
-def test_no_sweep_is_none(spec_file):
-    assert load_sweep(spec_file()) is None
+def test_no_sweep_gives_the_one_job(spec_file):
+    assert isinstance(load_job_or_sweep(spec_file()), JobSpec)
 
 
 def test_flags_give_the_cartesian_product_last_key_fastest(spec_file):
-    sweep = load_sweep(spec_file(), [], ["params.lr=0.1,0.01", "params.seed=range(3)"])
+    sweep = load_job_or_sweep(spec_file(), [], ["params.lr=0.1,0.01", "params.seed=range(3)"])
     assert sweep.keys == ["params.lr", "params.seed"]
     assert labels(sweep) == [{"params.lr": lr, "params.seed": s} for lr in (0.1, 0.01) for s in (0, 1, 2)]
     assert [c.spec.params for c in sweep.configurations][4] == {"lr": 0.01, "seed": 1}
@@ -58,8 +58,8 @@ def test_flags_give_the_cartesian_product_last_key_fastest(spec_file):
 
 def test_spec_section_dotted_or_nested_and_a_flag_replaces_one_key_in_place(spec_file):
     path = spec_file("sweep:\n  params.lr: [0.1, 0.2]\n  params:\n    seed: range(0, 2)\n  nodes: [1, 2]\n")
-    assert load_sweep(path).keys == ["params.lr", "params.seed", "nodes"]
-    sweep = load_sweep(path, [], ["params.seed=7,8,9"])
+    assert load_job_or_sweep(path).keys == ["params.lr", "params.seed", "nodes"]
+    sweep = load_job_or_sweep(path, [], ["params.seed=7,8,9"])
     assert sweep.keys == ["params.lr", "params.seed", "nodes"]  # the flag's key keeps its place
     assert len(sweep.configurations) == 2 * 3 * 2
     assert {c.values["params.seed"] for c in sweep.configurations} == {7, 8, 9}
@@ -67,7 +67,7 @@ def test_spec_section_dotted_or_nested_and_a_flag_replaces_one_key_in_place(spec
 
 
 def test_values_are_typed_like_set(spec_file):
-    sweep = load_sweep(spec_file(), [], ["params.x=1,1.5,true,abc,[1,2],'a,b',null"])
+    sweep = load_job_or_sweep(spec_file(), [], ["params.x=1,1.5,true,abc,[1,2],'a,b',null"])
     assert [c.values["params.x"] for c in sweep.configurations] == [1, 1.5, True, "abc", [1, 2], "a,b", None]
 
 
@@ -95,42 +95,42 @@ def test_ranges_like_hydra(text, values):
 ])
 def test_bad_declarations(spec_file, flag, message):
     with pytest.raises(SpecError) as error:
-        load_sweep(spec_file(), [], [flag])
+        load_job_or_sweep(spec_file(), [], [flag])
     assert message in str(error.value) and str(error.value).startswith(f"--sweep {flag}")
 
 
 def test_bad_spec_section_names_file_and_line(spec_file):
     path = spec_file("sweep:\n  params.lr: 0.5\n")
     with pytest.raises(SpecError, match=rf"^{path}:6: sweep: params.lr: 0.5 is a single value"):
-        load_sweep(path)
+        load_job_or_sweep(path)
     path = spec_file("sweep: [1, 2]\n")
     with pytest.raises(SpecError, match=rf"^{path}:5: sweep: expected a mapping"):
-        load_sweep(path)
+        load_job_or_sweep(path)
 
 
 def test_an_invalid_configuration_names_its_index_key_value_and_origin(spec_file):
     path = spec_file("sweep:\n  nodes: [1, 0]\n")
     with pytest.raises(SpecError) as error:
-        load_sweep(path, [], ["params.seed=1,2"])
+        load_job_or_sweep(path, [], ["params.seed=1,2"])
     text = str(error.value)
     assert text.startswith("the sweep has invalid configurations; nothing was run or submitted.\n")
     assert f"configuration 2 of 4 (nodes=0, params.seed=1) and 1 more with the same error:\n" \
-           f"  sweep nodes=0 ({path}:6): nodes: Input should be greater than or equal to 1" in text
+           f"  sweep nodes=0 ({path}:6): nodes: must be at least 1" in text
     assert "configuration 0" not in text  # the valid ones are not listed
 
 
 def test_the_limit_refuses_huge_sweeps_before_validating_them(spec_file):
     with pytest.raises(SpecError, match=r"the sweep has 1000000 configurations \(1000 \(params.a\) x 1000 "
                                         r"\(params.b\)\), more than sweep_limit \(2000\)"):
-        load_sweep(spec_file("sweep_limit: 2000\n"), [], ["params.a=range(1000)", "params.b=range(1000)"])
-    assert len(load_sweep(spec_file(), ["--set", "sweep_limit=4"][1:], ["params.a=range(4)"]).configurations) == 4
+        load_job_or_sweep(spec_file("sweep_limit: 2000\n"), [], ["params.a=range(1000)", "params.b=range(1000)"])
+    assert len(load_job_or_sweep(spec_file(), ["--set", "sweep_limit=4"][1:], ["params.a=range(4)"]).configurations) == 4
     with pytest.raises(SpecError, match="more than sweep_limit"):
-        load_sweep(spec_file(), ["sweep_limit=3"], ["params.a=range(4)"])
+        load_job_or_sweep(spec_file(), ["sweep_limit=3"], ["params.a=range(4)"])
 
 
 def test_set_and_sweep_of_one_key_conflict(spec_file):
     with pytest.raises(SpecError, match=r"^--set params.lr=3: params.lr is also swept \(--sweep params.lr=1,2\)"):
-        load_sweep(spec_file(), ["params.lr=3"], ["params.lr=1,2"])
+        load_job_or_sweep(spec_file(), ["params.lr=3"], ["params.lr=1,2"])
 
 
 def test_one_job_commands_refuse_a_sweep_spec(spec_file):
@@ -166,7 +166,7 @@ def test_max_parallel_without_a_sweep_is_a_usage_error(spec_file):
 # --- job arrays: grouping, splitting, the script ---------------------------------------------
 
 def test_arrays_group_by_resources_and_split_at_max_array_size(spec_file):
-    sweep = load_sweep(spec_file(), [], ["nodes=1,2", "params.seed=range(5)"])
+    sweep = load_job_or_sweep(spec_file(), [], ["nodes=1,2", "params.seed=range(5)"])
     folders = {c.index: task_folder(c.index, 10) for c in sweep.configurations}
     plans = plan_arrays(sweep, folders, limit=1001, workdir=Path("/w"))
     assert [p.indices for p in plans] == [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9]]  # one array per node count
@@ -174,14 +174,14 @@ def test_arrays_group_by_resources_and_split_at_max_array_size(spec_file):
     plans = plan_arrays(sweep, folders, limit=2, workdir=Path("/w"))
     assert [p.indices for p in plans] == [[0, 1], [2, 3], [4], [5, 6], [7, 8], [9]]
     assert plans[1].folders == ["task-002", "task-003"]
-    same = load_sweep(spec_file(), [], ["params.lr=range(6)"])
+    same = load_job_or_sweep(spec_file(), [], ["params.lr=range(6)"])
     assert len(plan_arrays(same, {c.index: task_folder(c.index, 6) for c in same.configurations}, 1001,
                            Path("/w"))) == 1
 
 
 def _array_script(spec_file, **kwargs):
-    sweep = load_sweep(spec_file(), [], ["params.lr=0.1,0.2,0.3"])
-    spec = sweep.configurations[0].spec.model_copy(update={"entrypoint": "/home/user/project/job.py:main"})
+    sweep = load_job_or_sweep(spec_file(), [], ["params.lr=0.1,0.2,0.3"])
+    spec = sweep.configurations[0].spec.replace(entrypoint="/home/user/project/job.py:main")
     return render_array_script(spec, Path("/scratch/runs/my sweep"), ["task-000", "task-001", "task-002"],
                                Path("/home/user/project"), **kwargs)
 
@@ -201,7 +201,7 @@ def test_array_task_i_runs_the_script_of_task_folder_i(spec_file, tmp_path):
     for folder in folders:
         (sweep_dir / folder).mkdir(parents=True)
         (sweep_dir / folder / "job.sbatch").write_text(f'echo "ran {folder} in $PWD"\n')
-    sweep = load_sweep(spec_file(), [], ["params.lr=0.1,0.2,0.3"])
+    sweep = load_job_or_sweep(spec_file(), [], ["params.lr=0.1,0.2,0.3"])
     script = tmp_path / "array.sbatch"
     script.write_text(render_array_script(sweep.base, sweep_dir, folders, tmp_path, None))
     assert "#SBATCH --array=0-2\n" in script.read_text()

@@ -7,8 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-# Axis name of the per-process Mesh over local devices.
-DEVICE_AXIS = "devices"
+from .topology import DEVICE_AXIS  # noqa: F401  (job code imports it from here)
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,10 @@ import re
 from dataclasses import dataclass
 from typing import Mapping
 
+# Axis name of each process's Mesh over its local devices (ctx.mesh). Here, not in context.py, so
+# that `explain` can name it without importing the runtime (logging and all) on the submit path.
+DEVICE_AXIS = "devices"
+
 # Set by `jaxlaunch run`, which emulates `nodes` x `processes_per_node` on one machine.
 EMULATED_PPN = "JAXLAUNCH_EMULATED_PROCESSES_PER_NODE"
 

@@ -194,15 +194,16 @@ def _declared(data: Any, lines: dict, spec_path: Path, sweep_flags: list[str], l
     return declared
 
 
-def load_sweep(spec_path: str | Path, overrides: list[str] = (), sweep_flags: list[str] = ()) -> Sweep | None:
-    """The sweep the spec and flags declare, every configuration validated; None if no sweep.
-    Raises SpecError naming the configuration and key of every invalid one (the first few)."""
+def load_job_or_sweep(spec_path: str | Path, overrides: list[str] = (), sweep_flags: list[str] = ()) -> JobSpec | Sweep:
+    """What `run` and `submit` run, from one read of the spec file: the sweep the spec and flags
+    declare, every configuration validated, or else the one JobSpec. Raises SpecError; for a
+    sweep, naming the configuration and key of every invalid one (the first few)."""
     spec_path = Path(spec_path)
     loaded = read_spec_file(spec_path)
     data = {} if loaded.data is None else loaded.data
-    if not sweep_flags and not (isinstance(data, dict) and SWEEP_SECTION in data):
-        return None
     parsed_overrides = parse_overrides(overrides)
+    if not sweep_flags and not (isinstance(data, dict) and SWEEP_SECTION in data):
+        return build_spec(spec_path, data, loaded.lines, parsed_overrides)
     base_data = {k: v for k, v in data.items() if k != SWEEP_SECTION} if isinstance(data, dict) else data
     base = build_spec(spec_path, base_data, loaded.lines, parsed_overrides)
     declared = _declared(data, loaded.lines, spec_path, list(sweep_flags), base.sweep_limit)

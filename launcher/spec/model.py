@@ -1,0 +1,184 @@
+"""The typed job spec: JobSpec and its `slurm:` section, with every key's type, default, range and
+description. Everything after loading trusts a JobSpec: making one checks it (see fields.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+from typing import Any
+
+from .fields import (Anything, Boolean, Choice, Integer, ListOf, MappingOf, Optional, Parsed, Record, Section,
+                     Text, field)
+
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+JOB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+MODULE_ENTRY = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+RUN_DIR_PLACEHOLDERS = ("{name}", "{time}")
+
+
+# --- durations ----------------------------------------------------------------------------
+
+_DURATION_UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+
+
+def parse_duration(value: Any) -> int:
+    """Seconds from 90, "90s", "30m", "1h30m", "2d", "HH:MM:SS", "MM:SS" or "D-HH:MM:SS"."""
+    if isinstance(value, bool):
+        raise ValueError("expected a duration, got a boolean")
+    if isinstance(value, int):
+        seconds = value
+    elif isinstance(value, str) and re.fullmatch(r"(\d+[dhms])+", value.strip()):
+        seconds = sum(int(n) * _DURATION_UNITS[u] for n, u in re.findall(r"(\d+)([dhms])", value))
+    elif isinstance(value, str) and re.fullmatch(r"(\d+-)?\d+(:\d{1,2}){0,2}", value.strip()):
+        days, _, clock = value.strip().rpartition("-")
+        parts = [int(p) for p in clock.split(":")]
+        if days:  # Slurm's D-HH[:MM[:SS]]
+            parts += [0] * (3 - len(parts))
+        else:  # Slurm's MM, MM:SS or HH:MM:SS
+            parts = {1: [0, parts[0], 0], 2: [0, *parts], 3: parts}[len(parts)]
+        hours, minutes, secs = parts
+        seconds = int(days or 0) * 86400 + hours * 3600 + minutes * 60 + secs
+    else:
+        raise ValueError(
+            f"{value!r} is not a duration; write seconds (90), '30m', '1h30m', '2d' or 'HH:MM:SS'"
+        )
+    if seconds <= 0:
+        raise ValueError("a duration must be positive")
+    return seconds
+
+
+def format_slurm_time(seconds: int) -> str:
+    """Slurm's D-HH:MM:SS, rounded up to whole minutes as Slurm does for --time."""
+    minutes = -(-seconds // 60)
+    days, minutes = divmod(minutes, 1440)
+    hours, minutes = divmod(minutes, 60)
+    return f"{days}-{hours:02d}:{minutes:02d}:00"
+
+
+# --- checks of single keys -------------------------------------------------------------------
+
+def _valid_name(value: str) -> None:
+    if not JOB_NAME.match(value):
+        raise ValueError(f"{value!r} is not a valid job name; use letters, digits, '.', '_' or '-'")
+
+
+def _valid_entrypoint(value: str) -> None:
+    path, sep, function = value.rpartition(":")
+    if not sep or not path or not function.isidentifier():
+        raise ValueError(f"{value!r} is not 'module:function' or 'file.py:function'")
+    if not path.endswith(".py") and not MODULE_ENTRY.match(value):
+        raise ValueError(f"{value!r}: {path!r} is neither a module name nor a .py file")
+
+
+def _known_placeholders(value: str) -> None:
+    unknown = sorted(set(re.findall(r"\{[^{}]*\}", value)) - set(RUN_DIR_PLACEHOLDERS))
+    stray = re.sub(r"\{[^{}]*\}", "", value)
+    if unknown:
+        raise ValueError(f"{unknown[0]} is not a placeholder; valid: {', '.join(RUN_DIR_PLACEHOLDERS)}")
+    if "{" in stray or "}" in stray:
+        raise ValueError(f"{value!r} has an unmatched brace; placeholders are {', '.join(RUN_DIR_PLACEHOLDERS)}")
+    if not value.strip():
+        raise ValueError("the run directory is empty")
+
+
+def _env_scalars_to_strings(value: dict) -> dict:
+    # YAML turns `OMP_NUM_THREADS: 4` into an int; environment values are strings anyway.
+    return {k: str(v).lower() if isinstance(v, bool) else str(v) if isinstance(v, (int, float)) else v
+            for k, v in value.items()}
+
+
+def _env_names(value: dict) -> None:
+    for key in value:
+        if not ENV_NAME.match(key):
+            raise ValueError(f"{key!r} is not a valid environment variable name")
+
+
+def _directives_are_options(values: list) -> None:
+    for value in values:
+        if not value.startswith("-"):
+            raise ValueError(f"{value!r} is not an sbatch option; write it like '--mem=8G'")
+
+
+# --- the typed spec -----------------------------------------------------------------------
+
+# Seconds, written as 90, "30m", "1h30m" or "HH:MM:SS" in the spec.
+DURATION = Parsed(parse_duration)
+COUNT = Integer(minimum=1)
+STRINGS = ListOf(Text())
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SlurmSpec(Record):
+    partition: str | None = field(Optional(Text()), "the Slurm partition (sbatch --partition)", None)
+    time: int | None = field(
+        Optional(DURATION), "time limit: seconds, '30m', '2h' or 'HH:MM:SS' (default: the job's timeout)", None)
+    account: str | None = field(Optional(Text()), "the account to charge (sbatch --account)", None)
+    qos: str | None = field(Optional(Text()), "quality of service (sbatch --qos)", None)
+    gpus_per_node: int | None = field(
+        Optional(COUNT), "GPUs to request per node (default on gpu: processes_per_node x devices_per_process)", None)
+    gres: str | None = field(
+        Optional(Text()), "a raw --gres value such as 'gpu:a100:4', instead of gpus_per_node", None)
+    cpus_per_task: int | None = field(Optional(COUNT), "CPU cores per process (sbatch --cpus-per-task)", None)
+    launch: str = field(
+        Choice("mpirun", "srun"), "'mpirun' inside the allocation, or 'srun' with the cluster's PMI", "mpirun")
+    srun_mpi: str = field(Text(), "srun --mpi plugin used when launch is srun", "pmix")
+    max_requeues: int = field(
+        Integer(minimum=0), "requeues after a preemption or time-limit notice (counted apart in status); "
+                            "once spent the job ends FAILED", 3)
+    checkpoint_notice: int = field(
+        DURATION, "how long before the time limit Slurm warns the job (sbatch --signal=B:USR2@...), so it can "
+                  "checkpoint and requeue: seconds, '2m', ...", 90)
+    extra: list[str] = field(STRINGS, "extra #SBATCH directives, each like '--mem=8G'", factory=list,
+                             checks=(_directives_are_options,))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class JobSpec(Record):
+    name: str = field(Text(), "job name: letters, digits, '.', '_' or '-', at most 64 characters",
+                      checks=(_valid_name,))
+    entrypoint: str = field(Text(), "'package.module:function' or 'path/to/file.py:function'",
+                            checks=(_valid_entrypoint,))
+    params: dict[str, Any] = field(MappingOf(Anything()), "passed to the entrypoint as ctx.params", factory=dict)
+    nodes: int = field(COUNT, "number of nodes (hosts)", 1)
+    processes_per_node: int = field(COUNT, "MPI processes per node", 1)
+    devices_per_process: int = field(COUNT, "JAX devices each process sees", 1)
+    platform: str = field(Choice("cpu", "gpu"), "'cpu' or 'gpu'", "cpu")
+    jax_distributed: bool = field(
+        Boolean(), "also start JAX's own multi-process runtime (jax.distributed), for global meshes", False)
+    env: dict[str, str] = field(MappingOf(Text(), before=_env_scalars_to_strings),
+                                "environment variables for every process", factory=dict, checks=(_env_names,))
+    setup: list[str] = field(
+        STRINGS, "shell commands run before launch in batch scripts (module load, ...)", factory=list)
+    run_dir: str | None = field(
+        Optional(Text()), "run directory, relative to the spec's folder; may use {name} and {time}; default "
+                          "runs/{name}-{time} in the working directory", None, checks=(_known_placeholders,))
+    timeout: int | None = field(
+        Optional(DURATION), "wall-clock limit: seconds, '30m', '2h' or 'HH:MM:SS'; the job is killed after it",
+        None)
+    collective_timeout: int | None = field(
+        Optional(DURATION), "longest any rank may wait in one launcher collective before the job is stopped with "
+                            "a hang report naming the ranks that never arrived: seconds, '5m', ...", None)
+    max_restarts: int = field(
+        Integer(minimum=0), "restarts of the whole job after a failure (ctx.attempt tells the job which attempt)", 0)
+    keep_checkpoints: int = field(
+        COUNT, "how many of the newest checkpoints ctx.checkpoints keeps in RUN_DIR/checkpoints", 2)
+    max_parallel: int | None = field(
+        Optional(COUNT), "sweeps: configurations running at once (Slurm --array %M; locally default 1); "
+                         "--max-parallel overrides it", None)
+    sweep_limit: int = field(
+        COUNT, "sweeps: the most configurations a sweep may expand to, so a typo cannot submit a million jobs; "
+               "raise it on purpose", 1000)
+    slurm: SlurmSpec = field(Section(SlurmSpec), "settings for `jaxlaunch submit`", factory=SlurmSpec)
+
+    @property
+    def num_processes(self) -> int:
+        return self.nodes * self.processes_per_node
+
+    @property
+    def entrypoint_file(self) -> Path | None:
+        path = self.entrypoint.rpartition(":")[0]
+        return Path(path) if path.endswith(".py") else None
+
+
+SPEC_KEYS = {(): JobSpec, ("slurm",): SlurmSpec}
