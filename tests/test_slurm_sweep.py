@@ -110,3 +110,45 @@ def test_max_array_size_is_read_from_the_cluster(slurm_env, monkeypatch):
                             check=True).stdout
     line = next(line for line in config.splitlines() if line.startswith("MaxArraySize"))
     assert max_array_size() == int(line.split("=")[1])
+
+
+def test_a_sweep_in_several_arrays_by_resources_and_size_runs_every_task(slurm_env, tmp_path, monkeypatch):
+    """Two node counts give two resource groups, and a MaxArraySize of 2 splits each group of 3:
+    four real job arrays (2 + 1 tasks per group), each task in its own run directory, every one
+    COMPLETED with its own configuration, status counting across the arrays. In process (CliRunner)
+    so the cluster's MaxArraySize can be made small; sbatch, squeue and the jobs are real."""
+    from click.testing import CliRunner
+
+    from launcher import load_result
+    from launcher.cli import main
+    from launcher.sweeps import array
+
+    for key, value in slurm_env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setattr(array, "max_array_size", lambda: 2)
+    sweep_dir = tmp_path / "sweep"
+    submitted = CliRunner().invoke(main, ["submit", str(JOBS / "trivial.yaml"), "--sweep", "nodes=1,2",
+                                          "--sweep", "params.x=1,2,3", "--run-dir", str(sweep_dir)])
+    assert submitted.exit_code == 0, submitted.output
+    arrays = json.loads((sweep_dir / "sweep.json").read_text())["arrays"]
+    # task order: nodes slowest, so tasks 0-2 have nodes 1 and 3-5 nodes 2
+    assert [entry["tasks"] for entry in arrays] == [[0, 1], [2], [3, 4], [5]]
+    assert "#SBATCH --array=0-1\n" in (sweep_dir / "array-0.sbatch").read_text()
+    assert "#SBATCH --array=0-0\n" in (sweep_dir / "array-1.sbatch").read_text()
+    assert "#SBATCH --nodes=2\n" in (sweep_dir / "array-2.sbatch").read_text()
+
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        status = jaxlaunch("status", sweep_dir, env=slurm_env)
+        if "6 COMPLETED" in status.stdout or "FAILED" in status.stdout or "CANCELLED" in status.stdout:
+            break
+        time.sleep(2)
+    assert "6 COMPLETED" in status.stdout, status.stdout + status.stderr
+    record = json.loads((sweep_dir / "sweep.json").read_text())
+    for task in record["tasks"]:
+        array_id = arrays[[i for i, entry in enumerate(arrays) if task["index"] in entry["tasks"]][0]]["job_id"]
+        assert task["job_id"].startswith(f"{array_id}_")
+        spec = json.loads((sweep_dir / task["folder"] / "spec.json").read_text())
+        assert (spec["nodes"], spec["params"]["x"]) == (task["values"]["nodes"], task["values"]["params.x"])
+        result = load_result(sweep_dir / task["folder"])
+        assert result["devices"] == 1 and result["rank"] == 0
