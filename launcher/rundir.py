@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 from .errors import UsageError
 
-if TYPE_CHECKING:  # the ranks read spec.json without the spec package: see read_rank_spec
+if TYPE_CHECKING:
     from .spec import JobSpec
 
 RUNS_ROOT = "runs"
@@ -146,12 +146,6 @@ class RunDirectory:
 
         return JobSpec.from_json(self.spec_file.read_text())
 
-    def read_rank_spec(self) -> "RankSpec":
-        """spec.json for a rank: plain JSON, no validation. jaxlaunch wrote it from a validated
-        JobSpec, and every import is start-up time paid by every rank (the spec package brings the
-        YAML loader)."""
-        return RankSpec(json.loads(self.spec_file.read_text()))
-
     def read_status(self) -> dict:
         try:
             return json.loads(self.status_file.read_text())
@@ -202,13 +196,3 @@ class RunDirectory:
                 continue
         return records
 
-
-class RankSpec:
-    """The fields of spec.json as attributes (spec.params, spec.slurm["launch"], ...)."""
-
-    def __init__(self, fields: dict):
-        self.__dict__.update(fields)
-
-    @property
-    def num_processes(self) -> int:
-        return self.nodes * self.processes_per_node

@@ -124,7 +124,7 @@ def main() -> None:
     try:
         run = RunDirectory(os.environ[RUN_DIR_ENV])
         output = RankOutput(run.rank_log(rank), rank).start()
-        spec = run.read_rank_spec()
+        spec = run.read_spec()  # the model only (launcher.spec loads lazily): no YAML loader in the ranks
         monitor = RankMonitor(run, rank, size, spec.collective_timeout).start()
 
         local = local_rank_from_env(os.environ)

@@ -7,13 +7,29 @@ path and the fix, so a user never has to read a traceback to find a typo.
   model.py       JobSpec and SlurmSpec: each key's type, default and description; durations
   load.py        YAML file + --set overrides -> JobSpec, with file:line messages
   entrypoint.py  the entrypoint's file or module exists and defines the function (never run)
+
+Names load lazily: a rank reading spec.json needs the model, not the YAML loader.
 """
 
-from .fields import InvalidRecord
-from .load import (SWEEP_SECTION, build_spec, describe_spec, load_spec, parse_overrides, read_spec_file, shown,
-                   validate_spec)
-from .model import JOB_NAME, SPEC_KEYS, JobSpec, SlurmSpec, format_slurm_time, parse_duration
+_WHERE = {
+    "InvalidRecord": "fields",
+    "JOB_NAME": "model", "SPEC_KEYS": "model", "JobSpec": "model", "SlurmSpec": "model",
+    "format_slurm_time": "model", "parse_duration": "model",
+    "SWEEP_SECTION": "load", "build_spec": "load", "describe_spec": "load", "load_spec": "load",
+    "parse_overrides": "load", "read_spec_file": "load", "shown": "load", "validate_spec": "load",
+}
+__all__ = sorted(_WHERE)
 
-__all__ = ["InvalidRecord", "JOB_NAME", "JobSpec", "SPEC_KEYS", "SWEEP_SECTION", "SlurmSpec", "build_spec",
-           "describe_spec", "format_slurm_time", "load_spec", "parse_duration", "parse_overrides", "read_spec_file",
-           "shown", "validate_spec"]
+
+def __getattr__(name):
+    if name in _WHERE:
+        import importlib
+
+        value = getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'launcher.spec' has no attribute {name!r}")
+
+
+def __dir__():
+    return __all__
