@@ -173,7 +173,7 @@ def submit(spec, overrides=(), run_dir=None, check: bool = True) -> SlurmJob:
     if check:
         from .explain import refuse_if_it_cannot_fit
 
-        warnings = refuse_if_it_cannot_fit(job)
+        warnings = refuse_if_it_cannot_fit([job])
     run_directory = RunDirectory.create(job, run_dir)
     handle = SlurmJob(submit_job(job, run_directory), run_directory)
     handle.warnings = warnings  # what the check could not confirm (e.g. no default partition)

@@ -226,9 +226,8 @@ def _check_fit(specs) -> None:
     """Refuse (exit 2) a request the cluster can never run; print the warnings."""
     from .explain import refuse_if_it_cannot_fit
 
-    for job in specs:
-        for warning in refuse_if_it_cannot_fit(job):
-            click.echo(f"warning: {warning}", err=True)
+    for warning in refuse_if_it_cannot_fit(list(specs)):
+        click.echo(f"warning: {warning}", err=True)
 
 
 def _submit_sweep(sweep, max_parallel, run_dir, dry_run, wait, parsable):

@@ -131,16 +131,28 @@ def _mem_request_mb(extra: list[str]) -> int | None:
     return None
 
 
-def check_against_cluster(spec: JobSpec) -> tuple[list[str], list[str]]:
-    """(problems that make the request impossible, each with its fix; warnings)."""
-    from .slurm.render import slurm_time_limit
+def _not_checked(exc: SchedulerError) -> str:
+    return f"could not check the request against the cluster ({str(exc).splitlines()[0]})"
+
+
+def read_cluster() -> tuple[list[dict], list[dict]]:
+    """(partitions, nodes) as `scontrol show` gives them; SchedulerError if Slurm cannot be asked."""
     from .slurm.scheduler import call_slurm
 
+    return (_records(call_slurm(["scontrol", "show", "partition", "--oneliner"], timeout=20)),
+            _records(call_slurm(["scontrol", "show", "node", "--oneliner"], timeout=20)))
+
+
+def check_against_cluster(spec: JobSpec, cluster: tuple[list[dict], list[dict]] | None = None
+                          ) -> tuple[list[str], list[str]]:
+    """(problems that make the request impossible, each with its fix; warnings). `cluster` is
+    read_cluster()'s answer, when several specs are checked against one reading."""
+    from .slurm.render import slurm_time_limit
+
     try:
-        partitions = _records(call_slurm(["scontrol", "show", "partition", "--oneliner"], timeout=20))
-        nodes = _records(call_slurm(["scontrol", "show", "node", "--oneliner"], timeout=20))
+        partitions, nodes = cluster if cluster is not None else read_cluster()
     except SchedulerError as exc:
-        return [], [f"could not check the request against the cluster ({str(exc).splitlines()[0]})"]
+        return [], [_not_checked(exc)]
     names = [p.get("PartitionName") for p in partitions]
     wanted = spec.slurm.partition or next((p.get("PartitionName") for p in partitions if p.get("Default") == "YES"),
                                           None)
@@ -192,9 +204,18 @@ def check_against_cluster(spec: JobSpec) -> tuple[list[str], list[str]]:
     return problems, warnings
 
 
-def refuse_if_it_cannot_fit(spec: JobSpec) -> list[str]:
-    """For `submit`: UsageError (exit 2) if the request can never run here; returns the warnings."""
-    problems, warnings = check_against_cluster(spec)
+def refuse_if_it_cannot_fit(specs: list[JobSpec]) -> list[str]:
+    """For `submit` (one spec, or a sweep's): UsageError (exit 2) if a request can never run here;
+    returns the warnings. The cluster is read once for all of them."""
+    try:
+        cluster = read_cluster()
+    except SchedulerError as exc:
+        return [_not_checked(exc)]
+    problems, warnings = [], []
+    for spec in specs:
+        found, said = check_against_cluster(spec, cluster)
+        problems += [p for p in found if p not in problems]
+        warnings += [w for w in said if w not in warnings]
     if problems:
         raise UsageError("the request does not fit the cluster; nothing was submitted:\n"
                          + "\n".join(f"  {p}" for p in problems)

@@ -3,6 +3,7 @@ resources. Checks against a real cluster are in test_slurm_explain.py."""
 
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from launcher.cli import main
@@ -42,3 +43,24 @@ def test_cluster_value_parsers():
     assert _slurm_seconds("1-00:00:00") == 86400 and _slurm_seconds("UNLIMITED") is None
     assert _slurm_seconds("30:00") == 1800
     assert _mem_request_mb(["--mem=8G"]) == 8192 and _mem_request_mb(["--exclusive"]) is None
+
+
+def test_a_sweep_is_checked_against_one_reading_of_the_cluster(write_spec, monkeypatch):
+    from launcher.slurm import scheduler
+
+    calls = []
+    answers = {"partition": "PartitionName=debug Default=YES TotalNodes=2 MaxNodes=UNLIMITED MaxTime=UNLIMITED "
+                            "State=UP\n",
+               "node": "NodeName=n1 Partitions=debug CPUTot=2 RealMemory=4000 Gres=(null)\n"
+                       "NodeName=n2 Partitions=debug CPUTot=2 RealMemory=4000 Gres=(null)\n"}
+    monkeypatch.setattr(scheduler, "call_slurm", lambda argv, **kw: calls.append(argv) or answers[argv[2]])
+    from launcher.errors import UsageError
+    from launcher.explain import refuse_if_it_cannot_fit
+
+    base = load_spec(write_spec("name: x\nentrypoint: m:f\n"))
+    specs = [base.replace(nodes=n, processes_per_node=p) for n in (1, 2, 3) for p in (1, 2, 4)]
+    with pytest.raises(UsageError) as refused:
+        refuse_if_it_cannot_fit(specs)
+    text = str(refused.value)
+    assert len(calls) == 2  # one reading of partitions and nodes for the nine
+    assert text.count("3 nodes requested") == 1 and text.count("4 CPUs per node requested") == 1

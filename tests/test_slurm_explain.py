@@ -38,6 +38,17 @@ def test_submit_refuses_gpus_the_partition_lacks_before_sbatch(slurm_env, tmp_pa
     assert not (tmp_path / "run").exists() and jobs_in_queue(slurm_env) == before
 
 
+def test_a_sweep_is_refused_with_every_configuration_that_cannot_fit(slurm_env, tmp_path):
+    before = jobs_in_queue(slurm_env)
+    result = jaxlaunch("submit", SPEC, "--sweep", "nodes=1,3", "--sweep", "processes_per_node=1,4",
+                       "--run-dir", tmp_path / "sweep", env=slurm_env)
+    assert result.returncode == 2, result.stderr
+    assert "3 nodes requested; partition 'debug' has 2." in result.stderr
+    assert "4 CPUs per node requested (4 processes x 1 cpus_per_task); nodes of 'debug' have 2." in result.stderr
+    assert result.stderr.count("3 nodes requested") == 1  # two configurations, one problem: said once
+    assert not (tmp_path / "sweep").exists() and jobs_in_queue(slurm_env) == before
+
+
 def test_an_unknown_partition_is_refused_naming_the_ones_that_exist(slurm_env, tmp_path):
     result = jaxlaunch("submit", SPEC, "--set", "slurm.partition=nosuchpartition", "--run-dir", tmp_path / "run",
                        env=slurm_env)
