@@ -88,6 +88,15 @@ class RunDirectory:
     def rank_log(self, rank: int) -> Path:
         return self.logs / f"rank-{rank}.log"
 
+    def rank_log_tail(self, rank: int, size: int = 200_000) -> str:
+        """The last `size` bytes of rank `rank`'s log ("" if none): logs can be large."""
+        try:
+            with open(self.rank_log(rank), "rb") as log:
+                log.seek(max(0, log.seek(0, os.SEEK_END) - size))
+                return log.read().decode(errors="replace")
+        except OSError:
+            return ""
+
     def rank_error(self, rank: int) -> Path:
         return self.logs / f"rank-{rank}.error"
 

@@ -144,3 +144,22 @@ def test_hang_report_names_ranks_that_never_arrived():
         "  rank 0 (a): in allreduce #7 for 31.0 s, at job.py:3 in f",
         "  rank 1 (b): not in a collective (6 started), at job.py:9 in g",
         "  rank 2: did not answer (dead, or stuck in C code holding the GIL)"]
+
+
+def test_summary_ends_with_the_failing_ranks_last_log_lines_read_from_the_end(tmp_path):
+    from launcher.rundir import RunDirectory
+
+    run = RunDirectory(tmp_path)
+    run.logs.mkdir()
+    filler = "".join(f"step {i} loss 0.5\n" for i in range(200_000))  # ~3.7 MB before the end
+    run.rank_log(1).write_text(filler + "loading shard 7\n\n  ValueError: shard 7 is empty\n")
+    failure = {"state": "FAILED", "summary": "rank 1 raised ValueError", "reason": "failed",
+               "first_failure": {"rank": 1}, "failed_ranks": [{"rank": 1}]}
+    lines = root_cause.summary_lines(failure, tmp_path)
+    start = lines.index(f"  last lines of rank 1's log ({run.rank_log(1)}):")
+    assert lines[start + 1:start + 6] == ["    step 199997 loss 0.5", "    step 199998 loss 0.5",
+                                          "    step 199999 loss 0.5", "    loading shard 7",
+                                          "      ValueError: shard 7 is empty"]
+    assert lines[-1] == f"  details: {tmp_path}/failure.json"
+    assert not any("last lines" in line for line in root_cause.summary_lines({**failure, "reason": "timeout"},
+                                                                             tmp_path))

@@ -258,15 +258,13 @@ def summary_lines(failure: dict, run_path=None) -> list[str]:
     first = failure.get("first_failure")
     if run_path is not None and first is not None and failure.get("reason") in ("failed", "left_early"):
         # The end of the failing rank's own log: often the line that explains the traceback.
-        from pathlib import Path
+        from ..rundir import RunDirectory
 
-        log = Path(run_path) / "logs" / f"rank-{first['rank']}.log"
-        try:
-            tail = [line for line in log.read_text(errors="replace").splitlines() if line.strip()][-LOG_TAIL_LINES:]
-        except OSError:
-            tail = []
+        run = RunDirectory(run_path)
+        text = run.rank_log_tail(first["rank"], size=64_000)
+        tail = [line for line in text.splitlines() if line.strip()][-LOG_TAIL_LINES:]
         if tail:
-            lines.append(f"  last lines of rank {first['rank']}'s log ({log}):")
+            lines.append(f"  last lines of rank {first['rank']}'s log ({run.rank_log(first['rank'])}):")
             lines += [f"    {line[:300]}" for line in tail]
     if run_path is not None:
         lines.append(f"  details: {run_path}/failure.json")

@@ -390,14 +390,6 @@ class Supervisor:
             except subprocess.TimeoutExpired:
                 continue
 
-    def _log_tail(self, rank: int, size: int = 200_000) -> str:
-        try:
-            with open(self.run.rank_log(rank), "rb") as log:
-                log.seek(max(0, log.seek(0, os.SEEK_END) - size))
-                return log.read().decode(errors="replace")
-        except OSError:
-            return ""
-
     def _failure(self, state, stop_reason, detail, returncode, launcher_lines, first_seen, attempt) -> dict:
         # After a stop of our own, what the launcher says about ranks is our teardown, not a cause.
         reports, every_task = ([], False) if stop_reason else root_cause.parse_launcher_messages(
@@ -416,7 +408,7 @@ class Supervisor:
             launcher_reports=reports, reports_every_task=every_task, finished_ranks=finished,
             started_ranks=started,
             rank_states=self.run.read_json_files(self.run.logs, "rank-*.state.json") if stop_reason else [],
-            log_tail=self._log_tail, launcher_exit_code=returncode, attempt=attempt, seen_at=first_seen,
+            log_tail=self.run.rank_log_tail, launcher_exit_code=returncode, attempt=attempt, seen_at=first_seen,
             detail=detail, launcher_tail=launcher_lines)
 
 
