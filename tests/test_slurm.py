@@ -208,3 +208,16 @@ def test_unknown_job_ids_and_ranks_are_exit_2_on_a_real_cluster(slurm_env, tmp_p
     for rank in ("-1", "1"):
         result = jaxlaunch("logs", job_id, "--rank", rank, env=slurm_env)
         assert result.returncode == 2 and f"--rank {rank}: job {job_id} has 1 rank: 0." in result.stderr
+
+
+def test_the_overhead_benchmark_runs_as_the_readme_quotes_it(slurm_env, tmp_path):
+    """`jaxlaunch run jobs/bench_launch.yaml --set params.submit=true` against the cluster, one pair
+    each: the job the README's overhead figures come from keeps working (no timing is asserted)."""
+    result = jaxlaunch("run", JOBS / "bench_launch.yaml", "--set", "params.submit=true", "--set", "params.repeats=1",
+                       "--run-dir", tmp_path / "run", env=slurm_env, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    bench = json.loads((tmp_path / "run" / "bench.json").read_text())
+    assert set(bench["medians"]) == {"launch", "submit"}
+    assert set(bench["medians"]["submit"]) == {"sbatch", "jaxlaunch submit"}
+    assert all(seconds > 0 for pair in bench["medians"].values() for seconds in pair.values())
+    assert "| submit: sbatch vs jaxlaunch submit |" in result.stdout
