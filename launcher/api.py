@@ -69,11 +69,14 @@ class Job:
         return self.state()
 
     def result(self):
-        """What the entrypoint returned on rank 0; UsageError if the job did not complete."""
+        """What the entrypoint returned on rank 0; UsageError if the job did not complete.
+
+        Rank 0 may have written its result before another rank failed: that job did not
+        complete (`jaxlaunch run` exits non-zero for it), so its result is not handed out."""
         from .results import load_result
 
         state = self.state()
-        if not self.run.result_file.exists():
+        if state != "COMPLETED" or not self.run.result_file.exists():
             failure = self.failure()
             why = f": {failure['summary']}" if failure else ""
             raise UsageError(f"job {self.id} has no result (state {state}){why}")
@@ -105,9 +108,18 @@ class LocalJob(Job):
 
     def state(self) -> str:
         state = super().state()
-        if state not in FINAL_STATES and self.process.poll() is not None:
-            # The supervisor's process is gone without a final state: it was killed.
-            return self.run.read_status().get("state") or "FAILED"
+        returncode = self.process.poll()
+        if state not in FINAL_STATES and returncode is not None:
+            # The supervisor's process is gone without a final state: it was killed (kill -9, the
+            # OOM killer). Its ranks would run on unsupervised: end them, and record the failure
+            # so `jaxlaunch status` and later handles agree.
+            from .supervisor.processes import kill_job_processes
+
+            kill_job_processes(self.run.path)
+            state = "FAILED"
+            self.run.update_status(state=state, exit_code=returncode, ended=time.time(),
+                                   reason=f"the job's supervisor process ended without a final state "
+                                          f"(exit code {returncode})")
         return state
 
     def done(self) -> bool:
