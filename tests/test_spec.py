@@ -1,5 +1,7 @@
 """The job spec: valid specs load into one typed object; bad input gets file:line, key and fix."""
 
+from pathlib import Path
+
 import pytest
 
 from launcher.errors import SpecError
@@ -212,3 +214,209 @@ def test_spec_json_round_trip(write_spec):
     data = spec.to_dict()
     data["params"]["layers"].append(3)  # a copy: the spec is unchanged
     assert spec.params["layers"] == [1, 2]
+
+
+# --- durations: every form the parser accepts, to exact seconds, and back to Slurm's form ------
+
+@pytest.mark.parametrize("text, seconds", [
+    # plain seconds and unit suffixes, alone and combined
+    (1, 1), (90, 90), ("90", 5400), ("1s", 1), ("59s", 59), ("2m", 120), ("3h", 10800), ("1d", 86400),
+    ("1d2h3m4s", 93784), ("1h30m", 5400), ("2h5s", 7205), (" 30m ", 1800),
+    # Slurm's MM, MM:SS, HH:MM:SS (a bare number in a string is minutes, as sbatch --time reads it)
+    ("45", 2700), ("05:30", 330), ("90:00", 5400), ("5:3", 303), ("01:02:03", 3723), ("1:2:3", 3723),
+    ("100:00:00", 360000),
+    # Slurm's D-HH, D-HH:MM, D-HH:MM:SS
+    ("1-12", 129600), ("1-12:30", 131400), ("1-12:30:15", 131415), ("0-1", 3600), ("2-0", 172800),
+    ("2-00:00:00", 172800), ("0-00:00:01", 1), ("3-4:5:6", 273906), (" 1-12 ", 129600),
+])
+def test_every_duration_form_in_exact_seconds(text, seconds):
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["1-", "-12", "1:2:3:4", "1-1:2:3:4", "12:345", "1.5h", "1h 30m", "", "abc",
+                                  "1x", "h", "1--2", 1.5, None, [1], True, False])
+def test_what_is_not_a_duration(text):
+    with pytest.raises(ValueError, match="not a duration|got a boolean"):
+        parse_duration(text)
+
+
+def test_negative_seconds_are_not_a_duration():
+    with pytest.raises(ValueError, match="a duration must be positive"):
+        parse_duration(-5)
+
+
+@pytest.mark.parametrize("seconds, slurm", [
+    (1, "0-00:01:00"), (59, "0-00:01:00"), (60, "0-00:01:00"), (61, "0-00:02:00"), (3599, "0-01:00:00"),
+    (3600, "0-01:00:00"), (3660, "0-01:01:00"), (86399, "1-00:00:00"), (86400, "1-00:00:00"),
+    (86460, "1-00:01:00"), (129600, "1-12:00:00"), (131400, "1-12:30:00"), (131415, "1-12:31:00"),
+    (10 * 86400 + 23 * 3600 + 59 * 60, "10-23:59:00"),
+])
+def test_slurm_time_is_d_hh_mm_ss_rounded_up_to_whole_minutes(seconds, slurm):
+    assert format_slurm_time(seconds) == slurm
+    assert parse_duration(slurm) == -(-seconds // 60) * 60  # Slurm reads back what we meant, rounded up
+
+
+def test_durations_in_the_spec_and_on_the_sbatch_line(write_spec, tmp_path):
+    from launcher.slurm.render import sbatch_directives
+
+    spec = load_spec(write_spec("name: x\nentrypoint: m:f\ntimeout: 1-12\ncollective_timeout: '05:30'\n"
+                                "slurm: {time: '1-12:30', checkpoint_notice: 2m}\n"))
+    assert (spec.timeout, spec.collective_timeout, spec.slurm.time, spec.slurm.checkpoint_notice) == \
+        (129600, 330, 131400, 120)
+    lines = sbatch_directives(spec, tmp_path, tmp_path)
+    assert "--time=1-12:30:00" in lines and "--signal=B:USR2@120" in lines
+    spec = load_spec(write_spec("name: x\nentrypoint: m:f\ntimeout: 1-12\n"))
+    assert "--time=1-12:01:00" in sbatch_directives(spec, tmp_path, tmp_path)  # timeout + the supervisor's minute
+
+
+# --- defaults, ranges and per-key checks of the typed spec -------------------------------------
+
+def test_every_default():
+    from launcher.spec import JobSpec
+
+    assert JobSpec(name="x", entrypoint="m:f").to_dict() == {
+        "name": "x", "entrypoint": "m:f", "params": {}, "nodes": 1, "processes_per_node": 1,
+        "devices_per_process": 1, "platform": "cpu", "jax_distributed": False, "env": {}, "setup": [],
+        "run_dir": None, "timeout": None, "collective_timeout": None, "max_restarts": 0, "keep_checkpoints": 2,
+        "max_parallel": None, "sweep_limit": 1000,
+        "slurm": {"partition": None, "time": None, "account": None, "qos": None, "gpus_per_node": None,
+                  "gres": None, "cpus_per_task": None, "launch": "mpirun", "srun_mpi": "pmix", "max_requeues": 3,
+                  "checkpoint_notice": 90, "extra": []},
+    }
+
+
+@pytest.mark.parametrize("key, minimum", [
+    ("nodes", 1), ("processes_per_node", 1), ("devices_per_process", 1), ("max_restarts", 0),
+    ("keep_checkpoints", 1), ("max_parallel", 1), ("sweep_limit", 1), ("slurm.max_requeues", 0),
+    ("slurm.gpus_per_node", 1), ("slurm.cpus_per_task", 1),
+])
+def test_integer_ranges_start_exactly_at_their_minimum(key, minimum):
+    from launcher.spec import InvalidRecord, JobSpec
+
+    def make(value):
+        data = {"name": "x", "entrypoint": "m:f"}
+        section, _, name = key.rpartition(".")
+        (data.setdefault(section, {}) if section else data)[name] = value
+        return JobSpec.from_dict(data)
+
+    spec = make(minimum)
+    assert (getattr(spec.slurm, key[6:]) if key.startswith("slurm.") else getattr(spec, key)) == minimum
+    with pytest.raises(InvalidRecord) as info:
+        make(minimum - 1)
+    assert str(info.value) == f"{key}: must be at least {minimum} (got {minimum - 1})"
+
+
+@pytest.mark.parametrize("name, ok", [
+    ("a", True), ("A9", True), ("9a", True), ("a.b_c-d", True), ("x" * 64, True), ("x" * 65, False),
+    ("-a", False), ("_a", False), (".a", False), ("a b", False), ("a/b", False), ("", False), ("a$", False),
+])
+def test_job_name_rule(name, ok):
+    from launcher.spec import InvalidRecord, JobSpec
+
+    if ok:
+        assert JobSpec(name=name, entrypoint="m:f").name == name
+    else:
+        with pytest.raises(InvalidRecord, match="is not a valid job name"):
+            JobSpec(name=name, entrypoint="m:f")
+
+
+@pytest.mark.parametrize("entrypoint, ok", [
+    ("m:f", True), ("pkg.mod:main", True), ("_p.m2:_f", True), ("dir/file.py:main", True), ("a-b.py:main", True),
+    ("m:", False), (":f", False), ("m", False), ("m:f-g", False), ("m:1f", False), ("a-b:main", False),
+    ("1m:f", False),
+])
+def test_entrypoint_forms(entrypoint, ok):
+    from launcher.spec import InvalidRecord, JobSpec
+
+    if ok:
+        spec = JobSpec(name="x", entrypoint=entrypoint)
+        assert spec.entrypoint_file == (Path(entrypoint.rpartition(":")[0]) if ".py:" in entrypoint else None)
+    else:
+        with pytest.raises(InvalidRecord, match="entrypoint: "):
+            JobSpec(name="x", entrypoint=entrypoint)
+
+
+@pytest.mark.parametrize("run_dir, message", [
+    ("runs/{name}-{time}", None), ("out", None), ("{name}", None), ("/abs/{time}/x", None),
+    ("runs/{nam}", "{nam} is not a placeholder; valid: {name}, {time}"), ("runs/{}", "{} is not a placeholder"),
+    ("runs/{name", "has an unmatched brace"), ("runs/name}", "has an unmatched brace"),
+    ("", "the run directory is empty"), ("  ", "the run directory is empty"),
+])
+def test_run_dir_placeholders(run_dir, message):
+    from launcher.spec import InvalidRecord, JobSpec
+
+    if message is None:
+        assert JobSpec(name="x", entrypoint="m:f", run_dir=run_dir).run_dir == run_dir
+    else:
+        with pytest.raises(InvalidRecord) as info:
+            JobSpec(name="x", entrypoint="m:f", run_dir=run_dir)
+        assert message in str(info.value)
+
+
+def test_env_values_become_the_strings_an_environment_holds():
+    from launcher.spec import InvalidRecord, JobSpec
+
+    spec = JobSpec(name="x", entrypoint="m:f", env={"A": True, "B": False, "C": 1.5, "D": 4, "E": "s", "_F1": ""})
+    assert spec.env == {"A": "true", "B": "false", "C": "1.5", "D": "4", "E": "s", "_F1": ""}
+    for bad in ("1A", "A-B", "A B", ""):
+        with pytest.raises(InvalidRecord, match="is not a valid environment variable name"):
+            JobSpec(name="x", entrypoint="m:f", env={bad: "1"})
+    with pytest.raises(InvalidRecord, match=r"env.A: expected a string \(got \[1\]\)"):
+        JobSpec(name="x", entrypoint="m:f", env={"A": [1]})
+
+
+def test_choices_and_optional_null():
+    from launcher.spec import InvalidRecord, JobSpec
+
+    spec = JobSpec.from_dict({"name": "x", "entrypoint": "m:f", "platform": "gpu", "timeout": None,
+                              "slurm": {"launch": "srun", "partition": None, "time": None}})
+    assert (spec.platform, spec.timeout, spec.slurm.launch, spec.slurm.partition) == ("gpu", None, "srun", None)
+    with pytest.raises(InvalidRecord, match=r"^slurm.launch: expected 'mpirun' or 'srun' \(got 'ssh'\)$"):
+        JobSpec.from_dict({"name": "x", "entrypoint": "m:f", "slurm": {"launch": "ssh"}})
+    with pytest.raises(InvalidRecord, match=r"^nodes: expected an integer \(got None\)$"):
+        JobSpec.from_dict({"name": "x", "entrypoint": "m:f", "nodes": None})  # not Optional: null is refused
+
+
+def test_slurm_extra_directives_and_requeue_line(tmp_path):
+    from launcher.spec import InvalidRecord, JobSpec
+    from launcher.slurm.render import sbatch_directives
+
+    spec = JobSpec.from_dict({"name": "x", "entrypoint": "m:f", "slurm": {"extra": ["--mem=8G", "-C gpu"]}})
+    assert spec.slurm.extra == ["--mem=8G", "-C gpu"]
+    assert sbatch_directives(spec, tmp_path, tmp_path)[-3:] == ["--requeue", "--mem=8G", '"-C gpu"']
+    spec = JobSpec.from_dict({"name": "x", "entrypoint": "m:f", "slurm": {"max_requeues": 0}})
+    assert sbatch_directives(spec, tmp_path, tmp_path)[-1] == "--no-requeue"
+    with pytest.raises(InvalidRecord, match=r"^slurm.extra: 'mem=8G' is not an sbatch option"):
+        JobSpec.from_dict({"name": "x", "entrypoint": "m:f", "slurm": {"extra": ["--x=1", "mem=8G"]}})
+
+
+def test_unknown_missing_and_wrong_keys_are_all_reported_with_their_paths():
+    from launcher.spec import InvalidRecord, JobSpec
+
+    with pytest.raises(InvalidRecord) as info:
+        JobSpec.from_dict({"nodes": 0, "bogus": 1, "slurm": {"time": "soon", "nope": 1}})
+    assert [(p.loc, p.kind) for p in info.value.problems] == [
+        (("nodes",), "invalid"), (("bogus",), "unknown_key"), (("slurm", "time"), "invalid"),
+        (("slurm", "nope"), "unknown_key"), (("name",), "missing"), (("entrypoint",), "missing")]
+
+
+def test_list_items_and_mapping_keys_are_located_exactly(write_spec):
+    from launcher.spec import InvalidRecord, JobSpec
+
+    with pytest.raises(InvalidRecord) as info:
+        JobSpec.from_dict({"name": "x", "entrypoint": "m:f", "setup": ["ok", 1, "ok", None],
+                           "slurm": {"extra": ["--a=1", 2]}, "params": {1: "a", "b": 2}})
+    assert [(p.loc, p.message) for p in info.value.problems] == [
+        (("setup", 1), "expected a string (got 1)"), (("setup", 3), "expected a string (got None)"),
+        (("slurm", "extra", 1), "expected a string (got 2)"), (("params", 1), "keys must be strings (got 1)")]
+    message = error_of(write_spec, "name: x\nentrypoint: m:f\nsetup:\n  - echo\n  - 5\n")
+    assert ":5: setup.1: expected a string (got 5)." in message
+
+
+def test_a_section_takes_its_own_record_or_a_mapping_only():
+    from launcher.spec import InvalidRecord, JobSpec, SlurmSpec
+
+    slurm = SlurmSpec(partition="p", time="1-12")
+    assert JobSpec(name="x", entrypoint="m:f", slurm=slurm).slurm is slurm and slurm.time == 129600
+    with pytest.raises(InvalidRecord, match=r"^slurm: expected a mapping of keys to values"):
+        JobSpec(name="x", entrypoint="m:f", slurm=JobSpec(name="y", entrypoint="m:f"))

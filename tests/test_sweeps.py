@@ -216,14 +216,14 @@ def test_array_task_i_runs_the_script_of_task_folder_i(spec_file, tmp_path):
 def test_scontrol_answers_for_an_array_task_by_its_own_id(monkeypatch):
     monkeypatch.setattr(scheduler, "call_slurm", lambda argv, **kw: (
         "JobId=14 ArrayJobId=12 ArrayTaskId=2 JobState=COMPLETED RunTime=00:00:08 NumNodes=1 ExitCode=0:0"))
-    info = scheduler._from_scontrol("12_2")
-    assert info is not None and info.state == "COMPLETED" and info.job_id == "12_2"
-    assert scheduler._from_scontrol("12_3") is None
+    info = scheduler._scontrol_infos(["12_2"])["12_2"]
+    assert info.state == "COMPLETED" and info.job_id == "12_2"
+    assert scheduler._scontrol_infos(["12_3"]) == {}
 
 
 def test_squeue_answers_for_an_array_id_from_its_tasks(monkeypatch):
     monkeypatch.setattr(scheduler, "call_slurm", lambda argv, **kw: "12_0|COMPLETED|0:08|1\n12_1|RUNNING|0:03|1\n")
-    info = scheduler._from_squeue("12")
+    info = scheduler._squeue_infos(["12"])["12"]
     assert info.state == "RUNNING" and not info.finished and info.source == "squeue (array)"
 
 
@@ -261,3 +261,244 @@ def test_local_sweep_two_at_a_time_one_injected_failure_keeps_the_other_five(tmp
     assert "best final_loss (min)" in results.stdout and "params.learning_rate=0.1" in results.stdout.splitlines()[-1]
     assert (sweep_dir / "final_loss.png").stat().st_size > 10_000
     assert SweepDirectory(sweep_dir).read()["tasks"] == record["tasks"]
+
+
+# --- --set of a swept key's parent ----------------------------------------------------------
+
+def test_set_of_the_parent_dict_keeps_each_configurations_swept_value(spec_file):
+    sweep = load_job_or_sweep(spec_file(), ["params={lr: 0.5, depth: 3}"], ["params.seed=1,2,3"])
+    assert labels(sweep) == [{"params.seed": s} for s in (1, 2, 3)]
+    assert [c.spec.params for c in sweep.configurations] == [{"lr": 0.5, "depth": 3, "seed": s} for s in (1, 2, 3)]
+    assert sweep.base.params == {"lr": 0.5, "depth": 3}  # the --set, without any swept value
+    # the same from the spec's sweep: section, and with the swept key also in the --set dict's siblings
+    sweep = load_job_or_sweep(spec_file("sweep:\n  params.seed: [7, 8]\n"), ["params={lr: 0.2}"])
+    assert [c.spec.params for c in sweep.configurations] == [{"lr": 0.2, "seed": 7}, {"lr": 0.2, "seed": 8}]
+
+
+def test_sweep_inside_a_nested_set_dict_keeps_each_configurations_value(spec_file):
+    sweep = load_job_or_sweep(spec_file(), ["params.opt={lr: 0.1, b: 2}"], ["params.opt.lr=1,2"])
+    assert [c.spec.params["opt"] for c in sweep.configurations] == [{"lr": 1, "b": 2}, {"lr": 2, "b": 2}]
+    assert sweep.base.params["opt"] == {"lr": 0.1, "b": 2}
+
+
+# --- declaring values: more edges -----------------------------------------------------------
+
+@pytest.mark.parametrize("text, values", [
+    ("range(0, 5, 2)", [0, 2, 4]), ("range(0, 6, 2)", [0, 2, 4]), ("range(1)", [0]), ("range(-2, 2)", [-2, -1, 0, 1]),
+    ("range(2, -1, -1)", [2, 1, 0]), ("range(0, 3, 1.0)", [0.0, 1.0, 2.0]), ("range(0, 1, 0.25)", [0.0, 0.25, 0.5, 0.75]),
+    ("range(1.0)", [0.0]), (" range( 1 , 4 ) ", [1, 2, 3]), ("range(10, 13)", [10, 11, 12]),
+    ("range(0, 7, 3)", [0, 3, 6]), ("range(0, 1, 0.3)", [0.0, 0.3, 0.6, 0.9]), ("range(0, 1, 0.4)", [0.0, 0.4, 0.8]),
+])
+def test_range_endpoints_and_types(text, values):
+    got = expand_range(text, "here", 1000)
+    assert got == values and [type(v) for v in got] == [type(v) for v in values]
+
+
+def test_range_may_have_exactly_sweep_limit_values():
+    assert expand_range("range(5)", "here", 5) == [0, 1, 2, 3, 4]
+    with pytest.raises(SpecError, match=r"^here: range\(6\) has 6 values, more than sweep_limit \(5\)"):
+        expand_range("range(6)", "here", 5)
+    with pytest.raises(SpecError, match="is empty"):
+        expand_range("range(0, 5, -1)", "here", 5)
+
+
+def test_values_with_braces_brackets_and_quotes_stay_whole(spec_file):
+    sweep = load_job_or_sweep(spec_file(), [], ['params.x={a: 1, b: 2},{a: 3},[1, {c: 4}],"p,q",(x,y)'])
+    assert [c.values["params.x"] for c in sweep.configurations] == [{"a": 1, "b": 2}, {"a": 3}, [1, {"c": 4}],
+                                                                    "p,q", "(x,y)"]
+
+
+def test_equal_values_of_different_types_are_not_duplicates(spec_file):
+    sweep = load_job_or_sweep(spec_file(), [], ["params.x=1,1.0,true,'1'"])
+    values = [c.values["params.x"] for c in sweep.configurations]
+    assert values == [1, 1.0, True, "1"] and [type(v) for v in values] == [int, float, bool, str]
+    with pytest.raises(SpecError, match="1.0 is listed twice"):
+        load_job_or_sweep(spec_file(), [], ["params.x=1.0,2,1.0"])
+
+
+@pytest.mark.parametrize("key", ["max_parallel", "sweep_limit", "run_dir", "sweep", "sweep.params.lr"])
+def test_keys_that_shape_the_sweep_cannot_be_swept(spec_file, key):
+    with pytest.raises(SpecError, match=rf"^--sweep {key}=1,2: {key} cannot be swept"):
+        load_job_or_sweep(spec_file(), [], [f"{key}=1,2"])
+
+
+def test_a_new_flag_key_comes_after_the_sections_keys(spec_file):
+    sweep = load_job_or_sweep(spec_file("sweep:\n  params.b: [1, 2]\n"), [], ["params.a=3,4"])
+    assert sweep.keys == ["params.b", "params.a"]
+    assert labels(sweep) == [{"params.b": b, "params.a": a} for b in (1, 2) for a in (3, 4)]
+    assert sweep.configurations[1].label() == "params.b=1, params.a=4"
+
+
+def test_only_the_first_errors_are_shown_and_the_rest_counted(spec_file):
+    # 8 distinct errors (one per bad name); the message lists 5 and counts the other 3
+    names = ",".join(f"'bad {i}'" for i in range(8))
+    with pytest.raises(SpecError) as error:
+        load_job_or_sweep(spec_file(), [], [f"name=ok,{names}"])
+    text = str(error.value)
+    assert [f"configuration {i} of 9" in text for i in range(1, 9)] == [True] * 5 + [False] * 3
+    assert text.endswith("\n(and 3 more errors)")
+    with pytest.raises(SpecError) as error:
+        load_job_or_sweep(spec_file(), [], [f"name={','.join(names.split(',')[:5])}"])
+    assert "more errors" not in str(error.value) and "configuration 4 of 5 ('bad 4')" not in str(error.value)
+    assert "configuration 4 of 5 (name='bad 4')" in str(error.value)
+
+
+# --- job arrays on a stub Slurm: the ids, logs and index each task is recorded with ------------
+
+class FakeSlurm:
+    """call_slurm stand-in: scontrol show config (MaxArraySize), sbatch (ids in turn, or an error)."""
+
+    def __init__(self, config="MaxArraySize            = 3\n", ids=("101", "102"), fail=None):
+        self.config, self.ids, self.fail, self.calls, self.squeue = config, list(ids), fail, [], ""
+
+    def __call__(self, argv, **kwargs):
+        self.calls.append(list(argv))
+        if argv[:3] == ["scontrol", "show", "config"]:
+            return self.config
+        if argv[0] == "sbatch":
+            if self.fail is not None and len([c for c in self.calls if c[0] == "sbatch"]) == self.fail:
+                raise scheduler.SchedulerError(argv, 1, "", "sbatch: error: QOSMaxSubmitJobPerUserLimit")
+            return self.ids.pop(0) + "\n"
+        if argv[0] == "squeue":
+            return self.squeue
+        raise AssertionError(f"unexpected Slurm call {argv}")
+
+
+@pytest.fixture
+def stub_slurm(monkeypatch, tmp_path):
+    monkeypatch.setenv("JAXLAUNCH_HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+
+    def install(**kwargs):
+        fake = FakeSlurm(**kwargs)
+        monkeypatch.setattr(scheduler, "call_slurm", fake)
+        return fake
+    return install
+
+
+def _submitted_sweep(spec_file, tmp_path, max_parallel=2, flags=("params.seed=range(5)",), **slurm):
+    from launcher.sweeps.array import submit_sweep
+
+    sweep = load_job_or_sweep(spec_file(), [], list(flags))
+    directory = SweepDirectory.create(sweep, tmp_path / "sw", backend="slurm")
+    echoed = []
+    ids = submit_sweep(sweep, directory, max_parallel, echo=echoed.append)
+    return directory, ids, echoed
+
+
+def test_a_split_sweeps_tasks_have_their_own_arrays_index_from_0(spec_file, tmp_path, stub_slurm):
+    from launcher.sweeps.array import sweep_dir_of
+
+    fake = stub_slurm()
+    directory, ids, echoed = _submitted_sweep(spec_file, tmp_path)
+    sw = directory.path
+    assert ids == ["101", "102"]
+    assert [c for c in fake.calls if c[0] == "sbatch"] == [["sbatch", "--parsable", str(sw / "array-0.sbatch")],
+                                                           ["sbatch", "--parsable", str(sw / "array-1.sbatch")]]
+    assert echoed == ["array 101: 3 tasks (task-000 .. task-002)", "array 102: 2 tasks (task-003 .. task-004)"]
+    record = json.loads((sw / "sweep.json").read_text())
+    assert record["arrays"] == [{"job_id": "101", "script": str(sw / "array-0.sbatch"), "tasks": [0, 1, 2]},
+                                {"job_id": "102", "script": str(sw / "array-1.sbatch"), "tasks": [3, 4]}]
+    expected = ["101_0", "101_1", "101_2", "102_0", "102_1"]
+    assert [t["job_id"] for t in record["tasks"]] == expected
+    assert [t["index"] for t in record["tasks"]] == [0, 1, 2, 3, 4]
+    for index, job_id in enumerate(expected):
+        run = sw / f"task-00{index}"
+        status = json.loads((run / "status.json").read_text())
+        assert (status["state"], status["backend"], status["job_id"]) == ("SUBMITTED", "slurm", job_id)
+        assert status["log"] == str(sw / "logs" / f"slurm-{job_id}.out")  # Slurm's %A_%a: this array's index
+        assert status["script"] == str(run / "job.sbatch") and (run / "job.sbatch").exists()
+    # jaxlaunch's job index ($JAXLAUNCH_HOME/jobs): each task id names its run directory, each array its sweep
+    index = tmp_path / "home" / "jobs"
+    assert sorted(p.name for p in index.iterdir()) == sorted(f"{i}.json" for i in ["101", "102", *expected])
+    for index_number, job_id in enumerate(expected):
+        assert json.loads((index / f"{job_id}.json").read_text()) == {
+            "job_id": job_id, "run_dir": str(sw / f"task-00{index_number}")}
+    assert json.loads((index / "102.json").read_text()) == {"job_id": "102", "sweep_dir": str(sw)}
+    assert sweep_dir_of("102").path == sw and sweep_dir_of("102_0") is None
+    # each array runs its own folders, indexed from 0, throttled by %M
+    first, second = (sw / "array-0.sbatch").read_text(), (sw / "array-1.sbatch").read_text()
+    assert "#SBATCH --array=0-2%2\n" in first and "TASKS=(task-000 task-001 task-002)\n" in first
+    assert "#SBATCH --array=0-1%2\n" in second and "TASKS=(task-003 task-004)\n" in second
+    assert "(sweep tasks from index 0)" in first and "(sweep tasks from index 3)" in second
+
+
+def test_array_task_i_of_a_later_array_runs_its_own_folder_i(spec_file, tmp_path, stub_slurm):
+    stub_slurm()
+    directory, _, _ = _submitted_sweep(spec_file, tmp_path)
+    for index in range(5):
+        (directory.path / f"task-00{index}" / "job.sbatch").write_text(f"echo ran task {index}\n")
+    for script, position, index in (("array-0.sbatch", 2, 2), ("array-1.sbatch", 0, 3), ("array-1.sbatch", 1, 4)):
+        done = subprocess.run(["bash", str(directory.path / script)], capture_output=True, text=True, cwd=tmp_path,
+                              env={**os.environ, "SLURM_ARRAY_TASK_ID": str(position)})
+        assert done.returncode == 0, done.stderr
+        assert done.stdout == f"ran task {index}\n"
+
+
+def test_no_throttle_and_the_default_max_array_size(spec_file, tmp_path, stub_slurm):
+    fake = stub_slurm(config="ClusterName = c\n", ids=("7",))
+    directory, ids, _ = _submitted_sweep(spec_file, tmp_path, max_parallel=None)
+    assert ids == ["7"] and [c for c in fake.calls if c[0] == "scontrol"] == [["scontrol", "show", "config"]]
+    assert "#SBATCH --array=0-4\n" in (directory.path / "array-0.sbatch").read_text()
+    assert [t["job_id"] for t in directory.read()["tasks"]] == [f"7_{i}" for i in range(5)]
+
+
+@pytest.mark.parametrize("config, size", [
+    ("MaxArraySize            = 5\nMaxJobCount = 10000\n", 5), ("MaxArraySize=40001\n", 40001),
+    ("AccountingStorageType = x\nMaxArraySize = 1\n", 1), ("MaxJobCount = 7\n", 1001), ("", 1001),
+])
+def test_max_array_size_from_scontrol(monkeypatch, config, size):
+    from launcher.sweeps.array import max_array_size
+
+    monkeypatch.setattr(scheduler, "call_slurm", lambda argv, **kw: config)
+    assert max_array_size() == size
+
+
+def test_max_array_size_is_the_length_of_each_array(spec_file, tmp_path, stub_slurm):
+    """MaxArraySize N: indices 0..N-1, so N tasks per array, no more and no fewer."""
+    stub_slurm(config="MaxArraySize = 5\n", ids=("1", "2", "3"))
+    directory, ids, _ = _submitted_sweep(spec_file, tmp_path, flags=("params.seed=range(11)",))
+    assert ids == ["1", "2", "3"]
+    assert [a["tasks"] for a in directory.read()["arrays"]] == [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9], [10]]
+    assert "#SBATCH --array=0-4%2\n" in (directory.path / "array-1.sbatch").read_text()
+    assert "#SBATCH --array=0-0%2\n" in (directory.path / "array-2.sbatch").read_text()
+    assert directory.read()["tasks"][10]["job_id"] == "3_0" and directory.read()["tasks"][5]["job_id"] == "2_0"
+
+
+def test_a_refused_array_marks_only_its_tasks_and_keeps_the_submitted_ones(spec_file, tmp_path, stub_slurm):
+    stub_slurm(fail=2)
+    with pytest.raises(scheduler.SchedulerError, match="QOSMaxSubmitJobPerUserLimit"):
+        _submitted_sweep(spec_file, tmp_path)
+    sw = tmp_path / "sw"
+    record = json.loads((sw / "sweep.json").read_text())
+    assert record["arrays"] == [{"job_id": "101", "script": str(sw / "array-0.sbatch"), "tasks": [0, 1, 2]}]
+    states = [json.loads((sw / f"task-00{i}" / "status.json").read_text()) for i in range(5)]
+    assert [s["state"] for s in states] == ["SUBMITTED"] * 3 + ["SUBMIT_FAILED"] * 2
+    assert "QOSMaxSubmitJobPerUserLimit" in states[3]["error"] and "job_id" not in states[3]
+
+
+def test_task_states_from_squeue_then_each_tasks_own_status(spec_file, tmp_path, stub_slurm):
+    from launcher.rundir import RunDirectory
+    from launcher.sweeps.array import all_finished, count_states, summary_line, task_states
+
+    fake = stub_slurm()
+    directory, _, _ = _submitted_sweep(spec_file, tmp_path)
+    RunDirectory(directory.path / "task-002").update_status(state="TIMEOUT", started=1000.0, ended=1000.0 + 2 * 3600 + 3 * 60 + 4)
+    RunDirectory(directory.path / "task-001").update_status(state="COMPLETED")
+    fake.squeue = ("101_0|RUNNING|0:05\n101_1|FAILED|0:10\n102_0|PENDING|0:00\n102_1|CANCELLED by 0|0:01\n"
+                   "garbage line\n")
+    states = task_states(directory)
+    assert fake.calls[-1] == ["squeue", "-r", "--noheader", "--states=all", "--jobs", "101,102", "--format=%i|%T|%M"]
+    assert [(t.index, t.folder, t.job_id, t.state, t.elapsed) for t in states] == [
+        (0, "task-000", "101_0", "RUNNING", "0:05"),
+        (1, "task-001", "101_1", "COMPLETED", "0:10"),   # Slurm says it ended; the supervisor knows better
+        (2, "task-002", "101_2", "TIMEOUT", "2:03:04"),  # purged from squeue: its own status.json
+        (3, "task-003", "102_0", "PENDING", "0:00"),
+        (4, "task-004", "102_1", "CANCELLED", "0:01")]
+    assert [t.values for t in states] == [{"params.seed": i} for i in range(5)]
+    assert count_states(states) == {"RUNNING": 1, "COMPLETED": 1, "TIMEOUT": 1, "PENDING": 1, "CANCELLED": 1}
+    assert summary_line(directory, states) == (f"sweep {directory.path} (5 tasks; arrays 101, 102): 1 CANCELLED, "
+                                               f"1 COMPLETED, 1 PENDING, 1 RUNNING, 1 TIMEOUT")
+    assert not all_finished(states)
+    fake.squeue = "101_0|COMPLETED|0:09\n102_0|FAILED|0:01\n101_1|COMPLETED|0:10\n102_1|CANCELLED|0:01\n"
+    assert all_finished(task_states(directory))

@@ -312,7 +312,9 @@ def build_spec(path: Path, data: Any, lines: dict[tuple, int], overrides: list[t
     for key_path, value, text in overrides:
         if not isinstance(data, dict):
             break  # validate_spec reports the real problem
-        _apply_override(data, key_path, value, text)
+        # a copy: an override's value is shared by every configuration of a sweep, and a swept
+        # key inside it (--set params.opt={lr: 1} --sweep params.opt.lr=...) must not write into it
+        _apply_override(data, key_path, copy.deepcopy(value), text)
         applied[key_path] = text
     for key_path, value in (values or {}).items():
         if isinstance(data, dict):

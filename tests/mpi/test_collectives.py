@@ -329,3 +329,44 @@ def test_tree_packer_refuses_mixed_dtypes_and_other_structures():
         packer.pack({"b": np.zeros(2, np.float32)})
     with pytest.raises(TypeError, match="one dtype"):
         launcher.TreePacker({"a": np.zeros(2, np.float32), "b": np.zeros(2, np.int32)})
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16], ids=["bfloat16", "float16"])
+def test_tree_packer_keeps_half_precision(world, dtype):
+    """A half-precision tree packs into a buffer of its own dtype (not float32), which travels,
+    and unpacks into leaves of that dtype with the exact values (small integers: exact in bf16)."""
+    rank, size = world
+    tree = {"w": jnp.arange(6, dtype=dtype).reshape(2, 3) * (rank + 1), "b": jnp.full((3,), rank + 1, dtype),
+            "s": [jnp.asarray(-2 * (rank + 1), dtype)]}
+    packer = launcher.TreePacker(tree)
+    assert np.dtype(packer.dtype) == np.dtype(dtype) and packer.size == 6 + 3 + 1
+    assert packer.shapes == [(3,), (), (2, 3)]  # leaves in the tree's order: b, s, w
+    flat = jax.jit(packer.pack)(tree)
+    assert flat.dtype == dtype and flat.shape == (packer.size,)
+    np.testing.assert_array_equal(np.asarray(flat, np.float32),
+                                  np.array([1, 1, 1, -2, 0, 1, 2, 3, 4, 5], np.float32) * (rank + 1))
+    back = jax.jit(packer.unpack)(flat)
+    assert jax.tree_util.tree_structure(back) == jax.tree_util.tree_structure(tree)
+    for got, want in zip(jax.tree_util.tree_leaves(back), jax.tree_util.tree_leaves(tree)):
+        assert got.dtype == dtype and got.shape == want.shape
+        np.testing.assert_array_equal(np.asarray(got, np.float32), np.asarray(want, np.float32))
+    # the packed buffer through a collective, then back into the tree
+    total = packer.unpack(launcher.allreduce(flat))
+    factor = sum(r + 1 for r in range(size))
+    assert all(leaf.dtype == dtype for leaf in jax.tree_util.tree_leaves(total))
+    np.testing.assert_array_equal(np.asarray(total["w"], np.float32), np.arange(6).reshape(2, 3) * factor)
+    np.testing.assert_array_equal(np.asarray(total["b"], np.float32), np.full(3, factor))
+    assert float(total["s"][0]) == -2 * factor and total["s"][0].shape == ()
+
+
+def test_tree_packer_from_shape_dtype_structs():
+    like = {"a": jax.ShapeDtypeStruct((2, 2), jnp.bfloat16), "b": jax.ShapeDtypeStruct((3,), jnp.bfloat16)}
+    packer = launcher.TreePacker(like)
+    assert np.dtype(packer.dtype) == np.dtype(jnp.bfloat16) and packer.size == 7
+    tree = {"a": jnp.ones((2, 2), jnp.bfloat16), "b": jnp.full(3, 2.5, jnp.bfloat16)}
+    flat = packer.pack(tree)
+    assert flat.dtype == jnp.bfloat16
+    np.testing.assert_array_equal(np.asarray(flat, np.float32), [1, 1, 1, 1, 2.5, 2.5, 2.5])
+    back = packer.unpack(flat)
+    assert back["b"].dtype == jnp.bfloat16 and back["a"].shape == (2, 2)
+    np.testing.assert_array_equal(np.asarray(back["b"], np.float32), [2.5, 2.5, 2.5])
