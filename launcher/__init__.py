@@ -15,13 +15,13 @@ device environment (XLA_FLAGS, CUDA_VISIBLE_DEVICES) before JAX's first import.
 __version__ = "0.1.0"
 
 __all__ = ["run", "submit", "job", "Job", "allreduce", "broadcast", "allgather", "barrier", "TreePacker", "JobContext", "load_result", "load_spec",
-           "JobSpec", "__version__"]
+           "JobSpec", "JobState", "JobFailedError", "__version__"]
 
 _LAZY = {
     "run": "api", "submit": "api", "job": "api", "Job": "api",
     "allreduce": "collectives", "broadcast": "collectives", "allgather": "collectives",
     "barrier": "collectives", "TreePacker": "collectives", "JobContext": "runtime.context", "load_result": "results",
-    "load_spec": "spec", "JobSpec": "spec",
+    "load_spec": "spec", "JobSpec": "spec", "JobState": "states", "JobFailedError": "errors",
 }
 
 

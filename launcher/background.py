@@ -4,14 +4,15 @@ for each configuration of a local sweep and by `launcher.run()` (the Python API)
 
 import sys
 
-from .local import run_local
+from .backends.local import LocalBackend
 from .rundir import RunDirectory
 
 
 def main(argv: list[str]) -> int:
     run = RunDirectory(argv[0])
-    return run_local(run.read_spec(), run, echo=lambda m: print(m, file=sys.stderr, flush=True),
-                     print_result=lambda text: print(text, flush=True))
+    job = LocalBackend().run_attached(run.read_spec(), run, echo=lambda m: print(m, file=sys.stderr, flush=True),
+                                      print_result=lambda text: print(text, flush=True))
+    return job.exit_code()
 
 
 if __name__ == "__main__":

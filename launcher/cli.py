@@ -92,45 +92,41 @@ def main():
 def run(spec, overrides, sweeps, max_parallel, run_dir, dry_run, resume_dir):
     """Run SPEC on this machine: nodes x processes_per_node processes under mpirun.
     With a sweep, every configuration, --max-parallel at a time."""
-    from .local import find_mpirun, plan_local_run, resume_local, run_local
-    from .rundir import RunDirectory
+    from .backends.local import LocalBackend
     from .sweeps.plan import Sweep, load_job_or_sweep
 
+    local, progress = LocalBackend(), (lambda m: click.echo(m, err=True))
     if resume_dir is not None:
         if spec is not None or overrides or sweeps or run_dir is not None or dry_run:
             raise click.UsageError("--resume RUN_DIR runs the spec saved in RUN_DIR: give no SPEC, --set, "
                                    "--sweep, --run-dir or --dry-run with it")
-        sys.exit(resume_local(resume_dir, echo=lambda m: click.echo(m, err=True), print_result=click.echo))
+        sys.exit(local.resume(resume_dir, echo=progress, print_result=click.echo).exit_code())
     if spec is None:
         raise click.UsageError("missing SPEC (or --resume RUN_DIR)")
     job = load_job_or_sweep(spec, overrides, sweeps)
     if isinstance(job, Sweep):
-        from .sweeps.directory import SweepDirectory
-        from .sweeps.local import run_sweep_locally
-
-        sweep = job
-
         if dry_run:
-            click.echo(_describe_sweep(sweep))
-            click.echo(f"sweep directory: {SweepDirectory.preview(sweep, run_dir).path}")
+            from .sweeps.directory import SweepDirectory
+
+            click.echo(_describe_sweep(job))
+            click.echo(f"sweep directory: {SweepDirectory.preview(job, run_dir).path}")
             return
-        find_mpirun()
-        directory = SweepDirectory.create(sweep, run_dir, backend="local")
-        code = run_sweep_locally(directory, max_parallel or sweep.base.max_parallel or 1,
-                                 echo=lambda m: click.echo(m, err=True))
+        directory, code = local.start_sweep(job, run_dir, max_parallel, echo=progress)
         _print_results_table(directory.path)
         sys.exit(code)
     if max_parallel is not None:
         raise click.UsageError("--max-parallel is for sweeps (give --sweep KEY=V1,V2 or a spec with sweep:)")
+    from .launch import find_mpirun, plan_local_run
+    from .rundir import RunDirectory
+
     if dry_run:
         plan = plan_local_run(job, RunDirectory.preview(job, run_dir), find_mpirun(), sys.executable,
                               os.geteuid() == 0)
         click.echo(plan.describe())
         return
     find_mpirun()  # fails with a clear message before a run directory exists
-    exit_code = run_local(job, RunDirectory.create(job, run_dir), echo=lambda m: click.echo(m, err=True),
-                          print_result=click.echo)
-    sys.exit(exit_code)
+    handle = local.run_attached(job, RunDirectory.create(job, run_dir), echo=progress, print_result=click.echo)
+    sys.exit(handle.exit_code())
 
 
 @main.command()
@@ -142,8 +138,9 @@ def run(spec, overrides, sweeps, max_parallel, run_dir, dry_run, resume_dir):
 def explain(spec, overrides, target, run_dir):
     """Show each rank's node, local rank, devices, environment and mesh, the resources requested,
     and (--target slurm) whether the request fits the cluster; exit 2 if it cannot."""
-    from .explain import check_against_cluster, format_explain
+    from .explain import format_explain
     from .rundir import RunDirectory
+    from .slurm.fit import check_against_cluster
     from .spec import load_spec
 
     job = load_spec(spec, overrides)
@@ -161,9 +158,9 @@ def explain(spec, overrides, target, run_dir):
 @_user_errors
 def render(spec, overrides, target, run_dir):
     """Print the batch script (or mpirun command) for SPEC, without running anything."""
-    from .local import find_mpirun, plan_local_run
+    from .launch import find_mpirun, plan_local_run
     from .rundir import RunDirectory
-    from .slurm.jobs import render_for_submission
+    from .slurm.submission import render_for_submission
     from .spec import load_spec
 
     job = load_spec(spec, overrides)
@@ -187,70 +184,58 @@ def render(spec, overrides, target, run_dir):
 @_user_errors
 def submit(spec, overrides, sweeps, max_parallel, run_dir, dry_run, wait, parsable, no_check):
     """Submit SPEC to Slurm with sbatch; a sweep as one job array."""
-    from .rundir import RunDirectory
-    from .slurm.jobs import render_for_submission, wait_for_job
+    from .backends.slurm import SlurmBackend
     from .sweeps.plan import Sweep, load_job_or_sweep
 
-    job = load_job_or_sweep(spec, overrides, sweeps)
+    job, progress = load_job_or_sweep(spec, overrides, sweeps), (lambda m: click.echo(m, err=True))
     if isinstance(job, Sweep):
-        sweep = job
-        if not (no_check or dry_run):
-            _check_fit({c.spec.to_json(exclude=("params", "name", "env")): c.spec
-                        for c in sweep.configurations}.values())
-        _submit_sweep(sweep, max_parallel, run_dir, dry_run, wait, parsable)
+        _submit_sweep(job, max_parallel, run_dir, dry_run, wait, parsable, no_check)
         return
     if max_parallel is not None:
         raise click.UsageError("--max-parallel is for sweeps (give --sweep KEY=V1,V2 or a spec with sweep:)")
     if dry_run:
+        from .rundir import RunDirectory
+        from .slurm.submission import render_for_submission
+
         click.echo(render_for_submission(job, RunDirectory.preview(job, run_dir).path), nl=False)
         return
-    from .api import submit as submit_spec
-
-    handle = submit_spec(job, (), run_dir, check=not no_check)
+    handle = SlurmBackend().start(job, run_dir, check=not no_check)
     for warning in handle.warnings:
         click.echo(f"warning: {warning}", err=True)
-    job_id, run = handle.id, handle.run
     # With --wait, stdout is for the result, as with `run`; the job id goes to stderr with the progress.
-    click.echo(job_id if parsable else f"Submitted job {job_id}; run directory: {run.path}", err=wait)
+    click.echo(handle.id if parsable else f"Submitted job {handle.id}; run directory: {handle.run_dir}", err=wait)
     if wait:
-        from .supervisor import EXIT_TIMEOUT, result_text
+        from .job_tables import wait_for
+        from .supervisor import result_text
 
-        info = wait_for_job(job_id, echo=lambda m: click.echo(m, err=True))
-        text = result_text(run) if info.state == "COMPLETED" else None
-        if text is not None:
-            click.echo(text)
-        sys.exit({"COMPLETED": 0, "TIMEOUT": EXIT_TIMEOUT}.get(info.state, 1))
-
-
-def _check_fit(specs) -> None:
-    """Refuse (exit 2) a request the cluster can never run; print the warnings."""
-    from .explain import refuse_if_it_cannot_fit
-
-    for warning in refuse_if_it_cannot_fit(list(specs)):
-        click.echo(f"warning: {warning}", err=True)
+        if wait_for(handle, progress) == "COMPLETED" and result_text(handle.run) is not None:
+            click.echo(result_text(handle.run))
+        sys.exit(handle.exit_code())
 
 
-def _submit_sweep(sweep, max_parallel, run_dir, dry_run, wait, parsable):
-    from .sweeps.array import render_arrays, submit_sweep, wait_for_sweep
-    from .sweeps.directory import SweepDirectory
+def _submit_sweep(sweep, max_parallel, run_dir, dry_run, wait, parsable, no_check):
+    from .backends.slurm import SlurmBackend
 
-    parallel = max_parallel or sweep.base.max_parallel
+    progress = lambda m: click.echo(m, err=True)  # noqa: E731
     if dry_run:
-        from .sweeps.array import max_array_size
-        preview = SweepDirectory.preview(sweep, run_dir)
+        from .sweeps.array import max_array_size, render_arrays
+        from .sweeps.directory import SweepDirectory
+
         click.echo(_describe_sweep(sweep))
-        for _, text in render_arrays(sweep, preview, max_array_size(), parallel):
+        for _, text in render_arrays(sweep, SweepDirectory.preview(sweep, run_dir), max_array_size(),
+                                     max_parallel or sweep.base.max_parallel):
             click.echo(text, nl=False)
         return
-    directory = SweepDirectory.create(sweep, run_dir, backend="slurm")
-    ids = submit_sweep(sweep, directory, parallel, echo=lambda m: click.echo(m, err=True))
+    directory, ids = SlurmBackend().start_sweep(sweep, run_dir, max_parallel, echo=progress, check=not no_check)
     if parsable:
         click.echo(",".join(ids), err=wait)
     else:
         click.echo(f"Submitted sweep of {len(sweep.configurations)} configurations as job array"
                    f"{'s' if len(ids) > 1 else ''} {', '.join(ids)}; sweep directory: {directory.path}", err=wait)
     if wait:
-        states = wait_for_sweep(directory, echo=lambda m: click.echo(m, err=True))
+        from .sweeps.status import wait_for_sweep
+
+        states = wait_for_sweep(directory, echo=progress)
         _print_results_table(directory.path)
         sys.exit(0 if all(t.state == "COMPLETED" for t in states) else 1)
 
@@ -259,14 +244,6 @@ def _print_results_table(sweep_dir) -> None:
     from .sweeps.table import collect, format_table
 
     click.echo(format_table(collect(sweep_dir)))
-
-
-def _job_ids(ctx, param, value):
-    """Slurm job ids are numbers (an array task: 123_4); anything else is a usage error."""
-    for job_id in (value if isinstance(value, tuple) else (value,)):
-        if not JOB_ID.fullmatch(job_id):
-            raise click.BadParameter(f"{job_id!r} is not a Slurm job id (a number, e.g. 12345)")
-    return value
 
 
 def _sweep_or_job_ids(ctx, param, value):
@@ -288,52 +265,9 @@ def status(job_ids, verbose):
     """Show state, elapsed time, nodes and run directory of jobs (default: those jaxlaunch submitted,
     and the recent local runs in runs/). For a sweep (its array id or directory): the count of tasks
     in each state."""
-    from tabulate import tabulate
+    from .job_tables import print_status
 
-    from .slurm.jobs import (failure_lines, find_run_dir, known_job_ids, requeue_line, status_table,
-                             unknown_jobs_error)
-    from .sweeps.array import summary_line, sweep_dir_of, task_states
-    from .sweeps.directory import SweepDirectory
-
-    ids = list(job_ids) or known_job_ids()[:20]
-    if not job_ids:
-        from .local import recent_local_runs
-
-        local = recent_local_runs()
-        if local:
-            click.echo(tabulate(local, headers=["LOCAL RUN", "STATE", "DURATION", "RESULT"]))
-            if ids:
-                click.echo()
-        elif not ids:
-            click.echo("no jobs submitted with jaxlaunch yet, and no local runs in runs/")
-            return
-    if not ids:
-        return
-    sweeps = [SweepDirectory(i) if not JOB_ID.fullmatch(i) else sweep_dir_of(i) for i in ids]
-    for directory in dict.fromkeys(d.path for d in sweeps if d is not None):
-        directory = SweepDirectory(directory)
-        states = task_states(directory)
-        click.echo(summary_line(directory, states))
-        if verbose:
-            keys = directory.read()["keys"]
-            click.echo(tabulate([[t.folder, t.job_id, t.state, t.elapsed, *(t.values.get(k) for k in keys)]
-                                 for t in states], headers=["TASK", "JOBID", "STATE", "ELAPSED", *keys]))
-    ids = [i for i, d in zip(ids, sweeps) if d is None]
-    if not ids:
-        return
-    rows, unknown = status_table(ids)
-    if rows:
-        click.echo(tabulate(rows, headers=["JOBID", "STATE", "ELAPSED/LIMIT", "NODES", "RUN DIR"]))
-    for row in rows:
-        run = find_run_dir(row[0]) if row[4] else None
-        requeued = requeue_line(run)
-        if requeued:
-            click.echo(f"job {row[0]} {requeued}")
-        if job_ids and row[1] in ("FAILED", "TIMEOUT", "CANCELLED"):  # explain the jobs asked about
-            for line in failure_lines(run):
-                click.echo(f"job {row[0]} {line}")
-    if unknown:
-        raise unknown_jobs_error(unknown)
+    print_status(list(job_ids), verbose, echo=click.echo)
 
 
 def _job_id_or_run_dir(ctx, param, value):
@@ -351,33 +285,31 @@ def _job_id_or_run_dir(ctx, param, value):
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new output until the job ends.")
 @_user_errors
 def logs(job_id, rank, follow):
-    """Print a job's output: a Slurm job's, or a local run's (its run directory)."""
-    from .slurm.jobs import failure_lines, find_run_dir, stream_log
+    """Print a job's output: a Slurm job's, or a run directory's."""
+    from .backends import find_job
+    from .errors import UsageError
 
-    if not JOB_ID.fullmatch(job_id):
-        from .local import local_log_text
-        from .rundir import RunDirectory
-
-        if follow:
-            raise click.UsageError("-f follows Slurm jobs; a local run streams to the terminal that started it")
-        run = RunDirectory(job_id)
-        click.echo(local_log_text(run, rank), nl=False)
-        for line in failure_lines(run):
-            click.echo(line, err=True)
-        return
-    stream_log(job_id, rank, follow, write=lambda text: click.echo(text, nl=False))
-    for line in failure_lines(find_run_dir(job_id)):  # after the log, on stderr: the log stays clean
+    job = find_job(job_id)
+    if job.backend == "slurm" and not follow and not job.log_path(rank).exists():
+        raise UsageError(f"no log yet at {job.log_path(rank)}" + ("" if rank is None else f" (does rank {rank} exist?)"))
+    if follow:
+        job.follow_logs(rank, write=lambda text: click.echo(text, nl=False))
+    else:
+        click.echo(job.logs(rank), nl=False)
+    for line in job.failure_lines():  # after the log, on stderr: the log stays clean
         click.echo(line, err=True)
 
 
 @main.command()
-@click.argument("job_id", callback=_job_ids)
+@click.argument("job_id", callback=_job_id_or_run_dir, metavar="JOB_ID|RUN_DIR")
 @_user_errors
 def cancel(job_id):
-    """Cancel a job, a whole job array (its id), or one array task (ID_N)."""
-    from .slurm.jobs import cancel_job
+    """Cancel a job, a whole job array (its id), one array task (ID_N), or a local run (RUN_DIR)."""
+    from .backends import find_job, is_job_id
+    from .backends.slurm import SlurmBackend
 
-    cancel_job(job_id)
+    job = SlurmBackend().find(job_id, whole_array=True) if is_job_id(job_id) else find_job(job_id)
+    job.cancel()
     click.echo(f"cancelled job {job_id}")
 
 
@@ -420,7 +352,8 @@ def results(sweep_dir, plot_metric, x_key, by_key, best_metric, maximize, minimi
     results.json in SWEEP_DIR). Works while the sweep is still running."""
     from pathlib import Path
 
-    from .sweeps.table import best, collect, format_table, plot, write_csv, write_json
+    from .sweeps.metrics import best, plot
+    from .sweeps.table import collect, format_table, write_csv, write_json
 
     if maximize and minimize:
         raise click.UsageError("give --max or --min, not both")

@@ -336,10 +336,10 @@ def _run_root_check(cwd: Path) -> Check:
 def run_checks(env: Mapping[str, str] = os.environ) -> list[Check]:
     """Every check, in table order. `env` is the environment the probes and Slurm commands run
     in (PATH, SLURM_CONF, XLA_FLAGS...). mpirun is looked up as `jaxlaunch run` does
-    (launcher.local.find_mpirun: beside this Python first, then this process's PATH)."""
+    (launcher.launch.find_mpirun: beside this Python first, then this process's PATH)."""
     import launcher
     from .errors import UsageError
-    from .local import find_mpirun
+    from .launch import find_mpirun
 
     try:
         mpirun, mpirun_error = find_mpirun(), ""

@@ -36,3 +36,25 @@ class SchedulerError(JaxlaunchError):
         if hint:
             message += "\n" + hint
         super().__init__(message)
+
+
+class UnknownJobError(UsageError):
+    """No scheduler and no index knows the job id (a wrong id, or a job Slurm has forgotten)."""
+
+
+class JobStateError(JaxlaunchError):
+    """The job is not in a state for what was asked (cancel a finished run, the result of a job
+    that is still running)."""
+
+
+class JobFailedError(JobStateError):
+    """`result()` of a job that did not complete: its final state and its failure.json (the root
+    cause: failing rank, summary, traceback), when the supervisor wrote one."""
+
+    def __init__(self, message: str, state: str, failure: dict | None = None):
+        super().__init__(message)
+        self.state = state
+        self.failure = failure
+        first = (failure or {}).get("first_failure") or {}
+        self.rank = first.get("rank")
+        self.remote_traceback = first.get("traceback")

@@ -26,13 +26,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .errors import UsageError
+from .states import FINAL_STATES, StatusRecord  # noqa: F401  (FINAL_STATES: re-exported)
 
 if TYPE_CHECKING:
     from .spec import JobSpec
 
 RUNS_ROOT = "runs"
-# The states a run ends in (status.json); anything else is still pending or running.
-FINAL_STATES = ("COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", "OUT_OF_MEMORY", "PREEMPTED", "SUBMIT_FAILED")
+
+
+def _drop_empty(record: dict) -> dict:
+    """status.json keeps the fields that say something (None is left out), as it always has."""
+    return {k: v for k, v in record.items() if v is not None}
 
 
 def current_umask() -> int:
@@ -156,15 +160,22 @@ class RunDirectory:
         return JobSpec.from_json(self.spec_file.read_text())
 
     def read_status(self) -> dict:
+        """status.json as written (see `status()` for the typed record); {} before it exists."""
         try:
             return json.loads(self.status_file.read_text())
         except FileNotFoundError:
             return {}
 
+    def status(self) -> StatusRecord:
+        """status.json as a StatusRecord (state PENDING before anything wrote it)."""
+        return StatusRecord.from_dict(self.read_status())
+
     def update_status(self, **fields) -> dict:
-        status = {**self.read_status(), **fields}
-        atomic_write_json(self.status_file, status)
-        return status
+        """Change `fields` of status.json (atomically); a name StatusRecord does not have is a
+        TypeError, so every writer spells the record the same way."""
+        record = self.status().updated(**fields)
+        atomic_write_json(self.status_file, _drop_empty(record.to_dict()))
+        return self.read_status()
 
     def failed_ranks(self) -> list[int]:
         return sorted(int(p.stem.split("-")[1]) for p in self.logs.glob("rank-*.error"))

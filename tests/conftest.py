@@ -19,6 +19,14 @@ def jaxlaunch(*args, timeout=180, env=None, cwd=None):
                           env=os.environ if env is None else env, cwd=cwd)
 
 
+@pytest.fixture(autouse=True)
+def fresh_slurm_watcher(monkeypatch):
+    """Each test starts with a Slurm watcher that follows no job (as each jaxlaunch command does)."""
+    from launcher.backends import slurm
+
+    monkeypatch.setattr(slurm, "WATCHER", slurm.SlurmWatcher())
+
+
 @pytest.fixture
 def job_modules(tmp_path, monkeypatch):
     """Entrypoint modules the spec tests name (`m:f`, `mypkg.train:main`, `pkg.train:main`),

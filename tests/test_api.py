@@ -30,8 +30,10 @@ def test_a_failed_run_explains_itself_and_has_no_result(tmp_path):
     job = launcher.run(TEST_JOBS / "fail_on_rank.yaml", run_dir=tmp_path / "run")
     assert job.wait(timeout=120) == "FAILED"
     assert job.failure()["first_failure"]["rank"] == 1
-    with pytest.raises(UsageError, match="has no result \\(state FAILED\\): rank 1 .* failed first"):
+    with pytest.raises(launcher.JobFailedError, match="has no result \\(state FAILED\\): rank 1 .* failed first") as error:
         job.result()
+    assert error.value.state == "FAILED" and error.value.rank == 1
+    assert "InjectedFailure: rank 1 failed on purpose" in error.value.remote_traceback
 
 
 def test_cancel_stops_a_running_job(tmp_path):
@@ -70,7 +72,7 @@ def test_wait_with_a_timeout_on_a_running_job_raises_timeouterror(tmp_path):
         assert time.monotonic() - started < 30  # it returned instead of waiting for the job
         assert not job.done() and job.state() == "RUNNING"
         with pytest.raises(TimeoutError, match="still RUNNING after 0.05 s"):
-            launcher.job(job.run_dir).wait(timeout=0.05, poll_seconds=0.01)  # a handle on a run found by its folder
+            launcher.job(job.run_dir).wait(timeout=0.05)  # a handle on a run found by its folder
     finally:
         job.cancel()
     assert job.state() == "CANCELLED"
@@ -95,7 +97,7 @@ def test_result_of_a_job_that_failed_after_rank_0_wrote_its_result_raises(tmp_pa
                        run_dir=tmp_path / "run")
     assert job.wait(timeout=120) == "FAILED"
     assert (job.run_dir / "result.json").exists()  # rank 0's value is there ...
-    with pytest.raises(UsageError, match=r"has no result \(state FAILED\): rank 1 "):
+    with pytest.raises(launcher.JobFailedError, match=r"has no result \(state FAILED\): rank 1 "):
         job.result()  # ... but the job did not complete
-    with pytest.raises(UsageError, match=r"has no result \(state FAILED\)"):
+    with pytest.raises(launcher.JobFailedError, match=r"has no result \(state FAILED\)"):
         launcher.job(job.run_dir).result()

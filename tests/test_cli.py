@@ -7,7 +7,7 @@ import pytest
 from click.testing import CliRunner
 
 from launcher.cli import main
-from launcher.local import find_mpirun
+from launcher.launch import find_mpirun
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -7,7 +7,8 @@ import pytest
 from click.testing import CliRunner
 
 from launcher.cli import main
-from launcher.explain import _gres_gpus, _mem_request_mb, _slurm_seconds, plan_ranks
+from launcher.explain import plan_ranks
+from launcher.slurm.fit import _gres_gpus, _mem_request_mb, _slurm_seconds
 from launcher.spec import load_spec
 
 SPEC = "name: x\nentrypoint: m:f\nnodes: 2\nprocesses_per_node: 2\ndevices_per_process: 2\n"
@@ -55,7 +56,7 @@ def test_a_sweep_is_checked_against_one_reading_of_the_cluster(write_spec, monke
                        "NodeName=n2 Partitions=debug CPUTot=2 RealMemory=4000 Gres=(null)\n"}
     monkeypatch.setattr(scheduler, "call_slurm", lambda argv, **kw: calls.append(argv) or answers[argv[2]])
     from launcher.errors import UsageError
-    from launcher.explain import refuse_if_it_cannot_fit
+    from launcher.slurm.fit import refuse_if_it_cannot_fit
 
     base = load_spec(write_spec("name: x\nentrypoint: m:f\n"))
     specs = [base.replace(nodes=n, processes_per_node=p) for n in (1, 2, 3) for p in (1, 2, 4)]

@@ -8,7 +8,7 @@ from click.testing import CliRunner
 
 from launcher.cli import main
 from launcher.rundir import RunDirectory
-from launcher.slurm import jobs, scheduler
+from launcher.slurm import index, scheduler
 from launcher.spec import JobSpec
 
 RUNNING = scheduler.JobInfo("77", "RUNNING", "RUNNING", False, "0:05", "2", "squeue")
@@ -17,21 +17,21 @@ RUNNING = scheduler.JobInfo("77", "RUNNING", "RUNNING", False, "0:05", "2", "squ
 @pytest.fixture
 def slurm(monkeypatch, tmp_path):
     """Slurm knows job 77 only; jaxlaunch's index knows 77 (run directory with 4 processes) and 78."""
-    monkeypatch.setenv(jobs.HOME_ENV, str(tmp_path / "home"))
+    monkeypatch.setenv(index.HOME_ENV, str(tmp_path / "home"))
     cancelled = []
-    monkeypatch.setattr(scheduler, "query_job", lambda job_id: RUNNING if str(job_id) == "77" else None)
+    monkeypatch.setattr(scheduler, "query_jobs", lambda job_ids: {"77": RUNNING} if "77" in job_ids else {})
     monkeypatch.setattr(scheduler, "cancel", cancelled.append)
 
     def no_scontrol(argv, **kwargs):
         raise scheduler.SchedulerError(argv, 1, "", "slurm_load_jobs error: Invalid job id specified")
     monkeypatch.setattr(scheduler, "call_slurm", no_scontrol)
-    jobs.jobs_index().mkdir(parents=True)
+    index.jobs_index().mkdir(parents=True)
     for job_id in ("77", "78"):
         run = RunDirectory.create(JobSpec(name="x", entrypoint="m:f", nodes=2, processes_per_node=2),
                                   tmp_path / f"run{job_id}")
         run.rank_log(3).write_text("rank 3 says hi\n")
-        run.update_status(state="COMPLETED")
-        (jobs.jobs_index() / f"{job_id}.json").write_text(json.dumps({"job_id": job_id, "run_dir": str(run.path)}))
+        run.update_status(state="RUNNING" if job_id == "77" else "COMPLETED")
+        (index.jobs_index() / f"{job_id}.json").write_text(json.dumps({"job_id": job_id, "run_dir": str(run.path)}))
     return cancelled
 
 

@@ -28,7 +28,7 @@ def test_identical_ranks_pass_and_the_report_is_saved(tmp_path):
 
 
 def test_a_rank_with_another_mpi4jax_fails_fast_naming_it(tmp_path):
-    from launcher.local import find_mpirun, plan_local_run
+    from launcher.launch import find_mpirun, plan_local_run
     from launcher.rundir import RunDirectory
     from launcher.spec import load_spec
 

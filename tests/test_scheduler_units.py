@@ -72,3 +72,31 @@ def test_pending_reason_and_elapsed_against_the_limit(monkeypatch):
     monkeypatch.setattr(scheduler, "call_slurm", lambda argv, **kw: "41|RUNNING|12:34|2|None|UNLIMITED\n")
     info = scheduler.query_job("41")
     assert info.describe_state() == "RUNNING" and info.describe_elapsed() == "12:34"
+
+
+def test_query_jobs_asks_at_most_three_commands_for_any_number_of_jobs(monkeypatch):
+    """squeue for all, then one scontrol listing for those squeue lost, then one sacct for the rest."""
+    calls = []
+    answers = {
+        "squeue": "\n".join(f"{i}|RUNNING|0:01|1|None|10:00" for i in range(0, 40)) + "\n",
+        "scontrol": "JobId=45 JobState=COMPLETED RunTime=00:00:09 NumNodes=2 ExitCode=0:0\n"
+                    "JobId=99 ArrayJobId=46 ArrayTaskId=3 JobState=FAILED RunTime=00:00:01 NumNodes=1 ExitCode=1:0\n",
+        "sacct": "47|TIMEOUT|00:10:00|1|0:15\n48.batch|TIMEOUT|00:10:00|1|0:15\n",
+    }
+
+    def fake(argv, **kwargs):
+        calls.append(argv)
+        return answers[argv[0]]
+    monkeypatch.setattr(scheduler, "call_slurm", fake)
+    ids = [str(i) for i in range(0, 45)] + ["45", "46_3", "47", "48"]
+    found = scheduler.query_jobs(ids)
+    assert [argv[0] for argv in calls] == ["squeue", "scontrol", "sacct"]
+    assert calls[0][calls[0].index("--jobs") + 1] == ",".join(ids)
+    assert calls[1] == ["scontrol", "show", "job", "--oneliner"]  # every job, once
+    assert calls[2][calls[2].index("--jobs") + 1] == "40,41,42,43,44,47,48"  # only what scontrol did not know
+    assert {j: found[j].state for j in ("0", "39", "45", "46_3", "47")} == {
+        "0": "RUNNING", "39": "RUNNING", "45": "COMPLETED", "46_3": "FAILED", "47": "TIMEOUT"}
+    assert (found["45"].source, found["46_3"].source, found["47"].source) == ("scontrol", "scontrol", "sacct")
+    assert "48" not in found and "44" not in found  # no command knows them
+    calls.clear()
+    assert scheduler.query_jobs(["5"])["5"].state == "RUNNING" and len(calls) == 1  # squeue knew it: one call

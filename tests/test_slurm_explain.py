@@ -76,5 +76,5 @@ def test_python_api_submit_wait_result_logs(slurm_env, tmp_path, monkeypatch):
     assert job.result()["processes"] == 2
     assert "COMPLETED" in job.logs() and "[rank 1]" in job.logs()
     assert launcher.job(job.id).state() == "COMPLETED"
-    with pytest.raises(launcher.api.UsageError, match="does not fit the cluster"):
+    with pytest.raises(launcher.errors.UsageError, match="does not fit the cluster"):
         launcher.submit(SPEC, overrides=["nodes=3"], run_dir=tmp_path / "other")

@@ -341,7 +341,7 @@ def stubs():
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("PATH", f"{folder}{os.pathsep}{os.environ['PATH']}")
         patch.setenv("JAXLAUNCH_HOME", str(WORK / "home"))
-        patch.setattr("launcher.slurm.jobs.find_mpirun", lambda: str(folder / "mpirun"))
+        patch.setattr("launcher.slurm.submission.find_mpirun", lambda: str(folder / "mpirun"))
         yield record
 
 
@@ -350,7 +350,7 @@ def stubs():
                                                        if _finite(d) else ""),
        sets=st.lists(tame_overrides, max_size=3))
 def test_valid_specs_render_scripts_that_run_no_payload(stubs, spec_text, sets):
-    from launcher.slurm.jobs import submit_job
+    from launcher.slurm.submission import submit_job
     spec = load_or_spec_error(spec_text, sets)  # JSON is YAML 1.2
     if spec is None or not set(spec.setup) <= set(SAFE_SETUP):
         return  # setup lines are shell by design; --set may have put anything there

@@ -11,7 +11,9 @@ import pytest
 from launcher.errors import UsageError
 from launcher.results import write_result
 from launcher.rundir import RunDirectory, atomic_write_json
-from launcher.sweeps.table import best, collect, format_table, plot, read_sweep, write_csv, write_json
+from launcher.sweeps.directory import read_sweep
+from launcher.sweeps.metrics import best, plot
+from launcher.sweeps.table import collect, format_table, write_csv, write_json
 
 LR, SEED, OPT = "params.learning_rate", "params.seed", "params.optimizer"
 NO_RESULT = object()

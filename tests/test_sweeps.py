@@ -387,7 +387,7 @@ def _submitted_sweep(spec_file, tmp_path, max_parallel=2, flags=("params.seed=ra
 
 
 def test_a_split_sweeps_tasks_have_their_own_arrays_index_from_0(spec_file, tmp_path, stub_slurm):
-    from launcher.sweeps.array import sweep_dir_of
+    from launcher.backends.slurm import sweep_dir_of
 
     fake = stub_slurm()
     directory, ids, echoed = _submitted_sweep(spec_file, tmp_path)
@@ -479,7 +479,7 @@ def test_a_refused_array_marks_only_its_tasks_and_keeps_the_submitted_ones(spec_
 
 def test_task_states_from_squeue_then_each_tasks_own_status(spec_file, tmp_path, stub_slurm):
     from launcher.rundir import RunDirectory
-    from launcher.sweeps.array import all_finished, count_states, summary_line, task_states
+    from launcher.sweeps.status import all_finished, count_states, summary_line, task_states
 
     fake = stub_slurm()
     directory, _, _ = _submitted_sweep(spec_file, tmp_path)

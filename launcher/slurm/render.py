@@ -15,7 +15,7 @@ from pathlib import Path
 import jinja2
 
 from .. import __version__
-from ..local import RANK_ENV_DEFAULTS, RANK_PROGRAM, mpirun_flags
+from ..launch import RANK_ENV_DEFAULTS, RANK_PROGRAM, mpirun_flags
 from ..runtime.environment import ATTEMPT_ENV, RUN_DIR_ENV
 from ..spec import JobSpec, format_slurm_time
 
@@ -88,13 +88,16 @@ def sbatch_directives(spec: JobSpec, run_dir: Path, workdir: Path, output: Path 
     return lines
 
 
-def launch_line(spec: JobSpec, run_dir: Path, python: str, mpirun: str, is_root: bool, exported: list[str]) -> str:
+def launch_line(spec: JobSpec, run_dir: Path, python: str, mpirun: str | None, is_root: bool,
+                exported: list[str]) -> str:
     """The supervisor (exec'd: it becomes the batch shell) and, after `--`, the launcher it runs."""
     program = [python, *RANK_PROGRAM]
     if spec.slurm.launch == "srun":
         argv = ["srun", f"--mpi={spec.slurm.srun_mpi}", "--kill-on-bad-exit=1", f"--nodes={spec.nodes}",
                 f"--ntasks-per-node={spec.processes_per_node}", *program]
     else:
+        if mpirun is None:
+            raise ValueError("launch: mpirun needs the path of mpirun")
         # -x: to the ranks on other nodes (the supervisor adds the attempt number)
         forward = [arg for name in [*exported, ATTEMPT_ENV] for arg in ("-x", name)]
         argv = [mpirun, *mpirun_flags(spec.num_processes, is_root, oversubscribe=False), "--map-by", f"ppr:{spec.processes_per_node}:node",
@@ -102,9 +105,10 @@ def launch_line(spec: JobSpec, run_dir: Path, python: str, mpirun: str, is_root:
     return "exec " + shlex.join([python, *SUPERVISOR_PROGRAM, str(run_dir), "--", *argv])
 
 
-def render_batch_script(spec: JobSpec, run_dir: Path, workdir: Path, python: str, mpirun: str,
+def render_batch_script(spec: JobSpec, run_dir: Path, workdir: Path, python: str, mpirun: str | None,
                         is_root: bool = False) -> str:
-    """The sbatch script for `spec`. Pure: the same arguments give the same text."""
+    """The sbatch script for `spec`. Pure: the same arguments give the same text. `mpirun` may be
+    None when the spec launches with srun."""
     env = {**RANK_ENV_DEFAULTS, **(PMIX_SECURITY_DEFAULT if spec.slurm.launch == "srun" else {}), **spec.env,
            RUN_DIR_ENV: str(run_dir)}
     exports = [f"{name}={shlex.quote(value)}" for name, value in env.items()]

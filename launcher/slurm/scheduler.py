@@ -99,34 +99,40 @@ def cancel(job_id: str) -> None:
     call_slurm(["scancel", str(job_id)])
 
 
-def _from_squeue(job_id: str) -> JobInfo | None:
+def _squeue_infos(job_ids: list[str]) -> dict[str, JobInfo]:
+    """Every job (or array task) in `job_ids` that squeue still lists, from ONE squeue call. An
+    array's own id stands for its tasks: running while any task runs or waits."""
     try:
         # -r: a pending array's tasks one per line (else squeue folds them into 123_[1-5])
-        out = call_slurm(["squeue", "-r", "--noheader", "--states=all", "--jobs", job_id,
+        out = call_slurm(["squeue", "-r", "--noheader", "--states=all", "--jobs", ",".join(job_ids),
                           "--format=%i|%T|%M|%D|%r|%l"])
     except SchedulerError as exc:
-        if "Invalid job id" in exc.stderr:  # squeue no longer knows it
-            return None
+        if "Invalid job id" in exc.stderr:  # older Slurm: squeue knows none of them
+            return {}
         raise
-    tasks = []
+    rows = {}
     for line in out.splitlines():
         fields = line.strip().split("|")
         if len(fields) < 4:
             continue
         fields += [""] * (6 - len(fields))  # reason and time limit, when squeue gave them
-        if fields[0] == job_id:
-            state, finished = translate_state(fields[1])
-            return JobInfo(job_id, fields[1], state, finished, fields[2], fields[3], "squeue",
-                           reason=fields[4], time_limit=fields[5])
-        if fields[0].startswith(f"{job_id}_"):
-            tasks.append(fields)
-    if tasks:  # a job array's id: running while any task runs or waits
-        live = [t for t in tasks if not translate_state(t[1])[1]]
-        first = (live or tasks)[0]
-        state, finished = translate_state(first[1])
-        return JobInfo(job_id, first[1], state, finished, first[2], first[3], "squeue (array)",
-                       reason=first[4], time_limit=first[5])
-    return None
+        rows[fields[0]] = fields
+
+    def info(job_id, fields, source):
+        state, finished = translate_state(fields[1])
+        return JobInfo(job_id, fields[1], state, finished, fields[2], fields[3], source,
+                       reason=fields[4], time_limit=fields[5])
+
+    found = {}
+    for job_id in job_ids:
+        if job_id in rows:
+            found[job_id] = info(job_id, rows[job_id], "squeue")
+            continue
+        tasks = [fields for task, fields in rows.items() if task.startswith(f"{job_id}_")]
+        if tasks:
+            live = [t for t in tasks if not translate_state(t[1])[1]]
+            found[job_id] = info(job_id, (live or tasks)[0], "squeue (array)")
+    return found
 
 
 def parse_scontrol_record(text: str) -> dict[str, str]:
@@ -137,37 +143,58 @@ def parse_scontrol_record(text: str) -> dict[str, str]:
     return fields
 
 
-def _from_scontrol(job_id: str) -> JobInfo | None:
+def _scontrol_infos(job_ids: list[str]) -> dict[str, JobInfo]:
+    """Jobs squeue no longer lists but the controller still holds, from ONE `scontrol show job`
+    (of the one job, or of every job when several are asked for). An array task is found by its
+    own JobId or as ArrayJobId_ArrayTaskId."""
+    argv = ["scontrol", "show", "job", "--oneliner", *(job_ids if len(job_ids) == 1 else [])]
     try:
-        out = call_slurm(["scontrol", "show", "job", "--oneliner", job_id])
+        out = call_slurm(argv)
     except SchedulerError as exc:
         if "Invalid job id" in exc.stderr or "not found" in exc.stderr:  # the latter: a purged array task
-            return None
+            return {}
         raise
-    record = parse_scontrol_record(out)
-    array_task = f"{record.get('ArrayJobId')}_{record.get('ArrayTaskId')}"  # an array task's own JobId differs
-    if job_id not in (record.get("JobId"), array_task):
-        return None
-    state, finished = translate_state(record.get("JobState", ""))
-    return JobInfo(job_id, record.get("JobState", ""), state, finished, record.get("RunTime", ""),
-                   record.get("NumNodes", ""), "scontrol", record.get("ExitCode", ""))
+    wanted, found = set(job_ids), {}
+    for line in out.splitlines():
+        record = parse_scontrol_record(line)
+        for name in (record.get("JobId"), f"{record.get('ArrayJobId')}_{record.get('ArrayTaskId')}"):
+            if name in wanted and name not in found:
+                state, finished = translate_state(record.get("JobState", ""))
+                found[name] = JobInfo(name, record.get("JobState", ""), state, finished, record.get("RunTime", ""),
+                                      record.get("NumNodes", ""), "scontrol", record.get("ExitCode", ""))
+    return found
 
 
-def _from_sacct(job_id: str) -> JobInfo | None:
+def _sacct_infos(job_ids: list[str]) -> dict[str, JobInfo]:
+    """Jobs the controller forgot, from ONE sacct call (nothing without an accounting database)."""
     try:
-        out = call_slurm(["sacct", "--noheader", "--parsable2", "--jobs", job_id,
+        out = call_slurm(["sacct", "--noheader", "--parsable2", "--jobs", ",".join(job_ids),
                           "--format=JobID,State,Elapsed,NNodes,ExitCode"])
     except SchedulerError:
-        return None  # no accounting database (slurmdbd) on this cluster
+        return {}  # no accounting database (slurmdbd) on this cluster
+    wanted, found = set(job_ids), {}
     for line in out.splitlines():
         fields = line.split("|")
-        if len(fields) == 5 and fields[0] == job_id:
+        if len(fields) == 5 and fields[0] in wanted:
             state, finished = translate_state(fields[1])
-            return JobInfo(job_id, fields[1], state, finished, fields[2], fields[3], "sacct", fields[4])
-    return None
+            found[fields[0]] = JobInfo(fields[0], fields[1], state, finished, fields[2], fields[3], "sacct", fields[4])
+    return found
+
+
+def query_jobs(job_ids) -> dict[str, JobInfo]:
+    """The state of every job in `job_ids` in at most three scheduler calls, however many ids:
+    squeue for those it lists, then scontrol (recently finished), then sacct (if Slurm keeps a
+    database). Ids no command knows are absent from the answer."""
+    job_ids = list(dict.fromkeys(str(j) for j in job_ids))
+    found: dict[str, JobInfo] = {}
+    for source in (_squeue_infos, _scontrol_infos, _sacct_infos):
+        missing = [j for j in job_ids if j not in found]
+        if not missing:
+            break
+        found.update(source(missing))
+    return found
 
 
 def query_job(job_id: str) -> JobInfo | None:
-    """The job's state from squeue, else scontrol (recently finished), else sacct (if it has a database)."""
-    job_id = str(job_id)
-    return _from_squeue(job_id) or _from_scontrol(job_id) or _from_sacct(job_id)
+    """One job's state (see query_jobs)."""
+    return query_jobs([job_id]).get(str(job_id))

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import SchedulerError
-from ..rundir import FINAL_STATES, RunDirectory, atomic_write_json
 from ..slurm import scheduler
-from ..slurm.jobs import jobs_index, render_for_submission
+from ..slurm import index as job_index
+from ..slurm.submission import render_for_submission
 from ..slurm.render import ARRAY_OUTPUT, SCRIPT_NAME, render_array_script, sbatch_directives
 from ..spec import JobSpec
 from .directory import SweepDirectory, task_folder
@@ -74,8 +74,6 @@ def submit_sweep(sweep: Sweep, directory: SweepDirectory, max_parallel: int | No
     by_index = {task["index"]: (task, run) for task, run in runs}
     record = directory.read()
     submitted = []
-    index_folder = jobs_index()
-    index_folder.mkdir(parents=True, exist_ok=True)
     for number, (plan, text) in enumerate(arrays):
         script = directory.path / f"array-{number}.sbatch"
         script.write_text(text)
@@ -95,116 +93,11 @@ def submit_sweep(sweep: Sweep, directory: SweepDirectory, max_parallel: int | No
             run.update_status(state="SUBMITTED", backend="slurm", job_id=job_id, script=str(run.path / SCRIPT_NAME),
                               log=str(directory.logs / ARRAY_OUTPUT.replace("%A", array_id).replace("%a", str(position))),
                               submitted=time.time())
-            atomic_write_json(index_folder / f"{job_id}.json", {"job_id": job_id, "run_dir": str(run.path)})
-        atomic_write_json(index_folder / f"{array_id}.json", {"job_id": array_id, "sweep_dir": str(directory.path)})
+            job_index.record_job(job_id, run.path)
+        job_index.record_array(array_id, directory.path)
         submitted.append({"job_id": array_id, "script": str(script), "tasks": plan.indices})
         echo(f"array {array_id}: {len(plan.indices)} tasks ({plan.folders[0]} .. {plan.folders[-1]})")
     record["arrays"] = submitted
     record["tasks"] = [task for task, _ in runs]
     directory.update(**{k: record[k] for k in ("arrays", "tasks")})
     return [entry["job_id"] for entry in submitted]
-
-
-def sweep_dir_of(job_id: str) -> SweepDirectory | None:
-    """The sweep directory of an array id that jaxlaunch submitted, else None."""
-    import json
-
-    entry = jobs_index() / f"{job_id}.json"
-    try:
-        record = json.loads(entry.read_text())
-    except (FileNotFoundError, ValueError):
-        return None
-    return SweepDirectory(record["sweep_dir"]) if "sweep_dir" in record else None
-
-
-@dataclass(frozen=True)
-class TaskState:
-    index: int
-    folder: str
-    job_id: str
-    state: str
-    elapsed: str
-    values: dict
-    run: RunDirectory
-
-
-def _squeue_states(array_ids: list[str]) -> dict[str, tuple[str, str]]:
-    """'A_i' -> (Slurm state, elapsed) for every task Slurm still lists (-r: one line per task)."""
-    if not array_ids:
-        return {}
-    try:
-        out = scheduler.call_slurm(["squeue", "-r", "--noheader", "--states=all", "--jobs", ",".join(array_ids),
-                                    "--format=%i|%T|%M"])
-    except SchedulerError as exc:
-        if "Invalid job id" in exc.stderr:
-            return {}
-        raise
-    states = {}
-    for line in out.splitlines():
-        fields = line.strip().split("|")
-        if len(fields) == 3:
-            states[fields[0]] = (fields[1], fields[2])
-    return states
-
-
-def _elapsed(status: dict) -> str:
-    if status.get("started") and status.get("ended"):
-        seconds = int(status["ended"] - status["started"])
-        return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
-    return ""
-
-
-def task_states(directory: SweepDirectory) -> list[TaskState]:
-    """Every task's state: Slurm's while it knows the task, the task's own status.json after
-    (the supervisor writes why a task ended: TIMEOUT, FAILED with its root cause...)."""
-    record = directory.read()
-    live = _squeue_states([entry["job_id"] for entry in record.get("arrays", [])])
-    states = []
-    for task, run in directory.task_runs(record):
-        status = run.read_status()
-        job_id = task.get("job_id", "")
-        own = status.get("state", "PENDING")
-        if job_id in live:
-            state, finished = scheduler.translate_state(live[job_id][0])
-            if finished and own in FINAL_STATES:
-                state = own
-            elapsed = live[job_id][1]
-        elif record.get("backend") == "slurm" and own not in FINAL_STATES and job_id:
-            info = scheduler.query_job(job_id)  # purged from squeue: scontrol or sacct may know it
-            state, elapsed = (info.state, info.elapsed) if info else (f"{own} (no longer known to Slurm)", "")
-        else:
-            state, elapsed = own, _elapsed(status)
-        states.append(TaskState(task["index"], task["folder"], job_id, state, elapsed, task["values"], run))
-    return states
-
-
-def count_states(states: list[TaskState]) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for task in states:
-        counts[task.state] = counts.get(task.state, 0) + 1
-    return counts
-
-
-def summary_line(directory: SweepDirectory, states: list[TaskState]) -> str:
-    counts = ", ".join(f"{n} {state}" for state, n in sorted(count_states(states).items()))
-    arrays = ", ".join(entry["job_id"] for entry in directory.read().get("arrays", []))
-    return f"sweep {directory.path} ({len(states)} tasks{'; arrays ' + arrays if arrays else ''}): {counts}"
-
-
-def all_finished(states: list[TaskState]) -> bool:
-    return all(scheduler.translate_state(task.state.split()[0])[1] or task.state in FINAL_STATES
-               or "no longer known" in task.state for task in states)
-
-
-def wait_for_sweep(directory: SweepDirectory, echo, poll_seconds: float = 2.0) -> list[TaskState]:
-    """Follow every task to its end, echoing the counts whenever they change."""
-    last = None
-    while True:
-        states = task_states(directory)
-        line = summary_line(directory, states)
-        if line != last:
-            echo(line)
-            last = line
-        if all_finished(states):
-            return states
-        time.sleep(poll_seconds)

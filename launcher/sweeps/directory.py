@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -62,8 +63,6 @@ class SweepDirectory:
 
     def read(self) -> dict:
         """sweep.json, checked (UsageError with the fix if it is missing or broken)."""
-        from .table import read_sweep
-
         return read_sweep(self.path)
 
     def update(self, **fields) -> dict:
@@ -75,3 +74,27 @@ class SweepDirectory:
         """(task entry of sweep.json, its run directory), in index order."""
         record = record or self.read()
         return [(task, RunDirectory(self.path / task["folder"])) for task in record["tasks"]]
+
+
+def read_sweep(sweep_dir) -> dict:
+    """sweep.json as a dict, with `keys` and `tasks` checked; UsageError if it is missing or broken."""
+    path = Path(sweep_dir) / SWEEP_FILE
+    try:
+        sweep = json.loads(path.read_text())
+    except (FileNotFoundError, NotADirectoryError):
+        raise UsageError(f"{sweep_dir} is not a sweep directory (no {SWEEP_FILE}).\n"
+                         f"  fix: pass the folder that `jaxlaunch run` or `jaxlaunch submit` with --sweep printed, "
+                         f"the one holding {SWEEP_FILE} and task-000/, task-001/, ...") from None
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"{path} cannot be read: {exc}.\n"
+                         f"  fix: it is written by jaxlaunch when the sweep starts; if it was edited by hand, "
+                         f"restore it (it lists the swept keys and one entry per task).") from None
+    tasks = sweep.get("tasks") if isinstance(sweep, dict) else None
+    if not isinstance(tasks, list) or not all(isinstance(t, dict) for t in tasks):
+        raise UsageError(f"{path} has no list of tasks.\n"
+                         f"  fix: it is written by jaxlaunch when the sweep starts; if it was edited by hand, "
+                         f"restore it (\"tasks\": [{{\"index\": 0, \"folder\": \"task-000\", \"values\": ...}}]).")
+    keys = sweep.get("keys")
+    if not isinstance(keys, list):  # older or hand-written files: the keys of the first task, in order
+        keys = list(tasks[0].get("values", {})) if tasks else []
+    return {**sweep, "keys": [str(k) for k in keys], "tasks": tasks}

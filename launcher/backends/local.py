@@ -1,0 +1,205 @@
+"""The local backend: the job's ranks under mpirun on this machine, its supervisor here too.
+
+Two ways to start a job: `run_attached` supervises it in this process and streams the ranks'
+output (`jaxlaunch run`); `start` runs `python -m launcher.background RUN_DIR` in a process of its
+own and returns a handle at once (`launcher.run`, local sweeps), so a notebook keeps its signal
+handlers and never imports JAX for the job. Either way status.json records the supervisor's
+process, so a handle found later by its run directory can tell a live run from one whose
+supervisor was killed, and can cancel it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from ..errors import JobStateError, UsageError
+from ..launch import find_mpirun, plan_local_run
+from ..rundir import RunDirectory
+from ..spec import JobSpec
+from ..states import JobState
+from .base import Backend, Job
+
+OUTPUT_LOG = "output.log"  # a background run's combined output (what `jaxlaunch run` would print)
+RESUMABLE_STATES = (JobState.PREEMPTED, JobState.FAILED, JobState.CANCELLED, JobState.TIMEOUT)
+CANCEL_GRACE_SECONDS = 60  # the supervisor's own stop takes ANSWER_SECONDS + TERMINATE_SECONDS
+
+
+def _start_ticks(pid: int) -> int | None:
+    """The process's start time (clock ticks after boot, /proc/PID/stat field 22): a pid and its
+    start time name one process, even after the pid is reused."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _supervisor_alive(status) -> bool | None:
+    """Whether the supervisor status.json names is still running: None when it cannot be told
+    (another machine, or a run from before supervisors were recorded)."""
+    pid, ticks = status.supervisor_pid, status.supervisor_start
+    if pid is None or status.supervisor_host != socket.gethostname():
+        return None
+    return _start_ticks(pid) == ticks
+
+
+class LocalJob(Job):
+    backend = "local"
+
+    def __init__(self, run: RunDirectory, process: subprocess.Popen | None = None):
+        super().__init__(run.path.name, run)
+        self.process = process  # the background supervisor, when this process started it
+
+    def state(self) -> JobState:
+        status = self.status()
+        if status.state.final:
+            return status.state
+        if self.process is not None:
+            returncode = self.process.poll()
+            if returncode is None:
+                return status.state
+        elif _supervisor_alive(status) is not False:
+            return status.state
+        else:
+            returncode = None
+        return self._record_lost_supervisor(returncode)
+
+    def _record_lost_supervisor(self, returncode: int | None) -> JobState:
+        """The supervisor is gone without a final state: it was killed (kill -9, the OOM killer).
+        Its ranks would run on unsupervised: end them, and record the failure so `jaxlaunch
+        status` and every later handle agree."""
+        from ..supervisor.processes import kill_job_processes
+
+        kill_job_processes(self.run.path)
+        how = "" if returncode is None else f" (exit code {returncode})"
+        self.run.update_status(state=JobState.FAILED, exit_code=returncode if returncode is not None else 1,
+                               ended=time.time(), reason=f"the job's supervisor process ended without a final "
+                                                         f"state{how}")
+        return JobState.FAILED
+
+    def wait(self, timeout: float | None = None, on_change=None) -> JobState:
+        if self.process is None or on_change is not None:
+            return super().wait(timeout, on_change)
+        try:
+            self.process.wait(timeout=timeout)  # our own child: no polling
+        except subprocess.TimeoutExpired:
+            raise TimeoutError(f"job {self.id} still {self.state()} after {timeout} s") from None
+        return self.state()
+
+    def logs(self, rank: int | None = None) -> str:
+        """Rank `rank`'s log, or the combined output: a background run's output.log, else (a
+        `jaxlaunch run` run, whose terminal output is not kept as one file) every rank's lines
+        prefixed `[rank N]`."""
+        if rank is not None:
+            path = self.rank_log(rank)
+            return path.read_text(errors="replace") if path.exists() else ""
+        output = self.run.path / OUTPUT_LOG
+        if output.exists():
+            return output.read_text(errors="replace")
+        ranks = sorted(int(p.stem.split("-")[1]) for p in self.run.logs.glob("rank-*.log"))
+        parts = []
+        for number in ranks:
+            text = self.run.rank_log(number).read_text(errors="replace")
+            parts += [f"[rank {number}] {line}\n" for line in text.splitlines()]
+        return "".join(parts)
+
+    def cancel(self) -> None:
+        """SIGTERM to the job's supervisor: it stops the ranks (stack dumps in the logs) and records
+        CANCELLED, as Ctrl-C or `kill` does to `jaxlaunch run`."""
+        if self.process is not None:
+            if self.process.poll() is None:
+                self.process.terminate()
+                self.process.wait()
+            return
+        status = self.status()
+        alive = _supervisor_alive(status)
+        if status.state.final:
+            raise JobStateError(f"{self.run_dir} already ended ({status.state}): nothing to cancel")
+        if alive is None:
+            raise JobStateError(f"{self.run_dir}: its supervisor (pid {status.supervisor_pid}) runs on "
+                                f"{status.supervisor_host or 'another machine'}; cancel it there")
+        if alive:
+            os.kill(status.supervisor_pid, signal.SIGTERM)
+            deadline = time.monotonic() + CANCEL_GRACE_SECONDS
+            while _supervisor_alive(self.status()) and time.monotonic() < deadline:
+                time.sleep(0.1)
+        self.state()  # a supervisor that died without a word is recorded as FAILED
+
+
+class LocalBackend(Backend):
+    name = "local"
+
+    def start(self, spec: JobSpec, run_dir=None, **options) -> LocalJob:
+        """Start `spec` in a background process (`python -m launcher.background RUN_DIR`)."""
+        find_mpirun()  # fails with a clear message before a run directory exists
+        run = RunDirectory.create(spec, run_dir)
+        with open(run.path / OUTPUT_LOG, "ab") as output:
+            process = subprocess.Popen([sys.executable, "-m", "launcher.background", str(run.path)],
+                                       stdout=output, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        return LocalJob(run, process)
+
+    def run_attached(self, spec: JobSpec, run: RunDirectory, echo=print, print_result=print,
+                     resume: bool = False) -> LocalJob:
+        """Run the job to its end, supervised in this process; the ranks' output goes to this
+        process's stderr as it comes, progress to `echo`, the result (one line of JSON) to
+        `print_result`. `handle.exit_code()` is `jaxlaunch run`'s exit code."""
+        from ..supervisor import describe_outcome, result_text, supervise
+
+        plan = plan_local_run(spec, run, find_mpirun(), sys.executable, os.geteuid() == 0)
+        started = time.time()
+        run.update_status(backend="local", command=plan.argv, supervisor_pid=os.getpid(),
+                          supervisor_start=_start_ticks(os.getpid()), supervisor_host=socket.gethostname())
+        outcome = supervise(spec, run, plan.argv, plan.env, echo=echo, resume=resume)
+        for line in describe_outcome(spec, run, outcome, time.time() - started):
+            echo(line)
+        if outcome.state == JobState.COMPLETED:
+            text = result_text(run)
+            if text is not None:
+                print_result(text)
+        return LocalJob(run)
+
+    def resume(self, path, echo=print, print_result=print) -> LocalJob:
+        """`jaxlaunch run --resume RUN_DIR`: run the spec saved in RUN_DIR again, in RUN_DIR; the
+        job's `ctx.checkpoints.restore()` finds what the earlier attempts saved."""
+        from ..supervisor.processes import job_processes
+
+        run = RunDirectory(path)
+        if not run.spec_file.exists():
+            raise UsageError(f"--resume {path}: not a run directory (no spec.json there)")
+        state = run.read_status().get("state")
+        if state == JobState.COMPLETED:
+            raise UsageError(f"--resume {path}: that run COMPLETED; there is nothing to continue")
+        live = job_processes(run.path)
+        if live:
+            raise UsageError(f"--resume {path}: the run is still going (processes {', '.join(map(str, live[:5]))}); "
+                             f"stop it first (kill -USR2 to checkpoint and stop)")
+        echo(f"jaxlaunch: resuming {run.path} (was {state or 'unknown'})")
+        return self.run_attached(run.read_spec(), run, echo=echo, print_result=print_result, resume=True)
+
+    def start_sweep(self, sweep, run_dir=None, max_parallel: int | None = None, echo=print):
+        """Run every configuration here, `max_parallel` at a time (each in its own process);
+        returns (sweep directory, exit code: 0 only if all completed)."""
+        from ..sweeps.directory import SweepDirectory
+        from ..sweeps.local import run_sweep_locally
+
+        find_mpirun()
+        directory = SweepDirectory.create(sweep, run_dir, backend="local")
+        return directory, run_sweep_locally(directory, max_parallel or sweep.base.max_parallel or 1, echo=echo)
+
+    def find(self, run_dir, run: RunDirectory | None = None) -> LocalJob:
+        run = run or RunDirectory(run_dir)
+        if not run.spec_file.exists():
+            raise UsageError(f"{run_dir} is not a run directory (no spec.json there)")
+        return LocalJob(run)
+
+    def recent(self, root: str | Path = "runs", limit: int = 10) -> list[LocalJob]:
+        """The newest local runs under `root` (`jaxlaunch status` without ids)."""
+        folders = sorted((p.parent for p in Path(root).glob("*/status.json")), key=lambda p: p.stat().st_mtime,
+                         reverse=True)
+        jobs = [LocalJob(RunDirectory(folder)) for folder in folders[:limit]]
+        return [job for job in jobs if job.status().backend == "local"]

@@ -1,0 +1,132 @@
+"""What `jaxlaunch status` prints: tables of jobs, sweeps and recent local runs, built from the
+backends' handles (the presentation only; every state comes from a handle)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+from tabulate import tabulate
+
+from .backends import is_job_id
+from .backends.local import LocalBackend, LocalJob
+from .backends.slurm import SlurmBackend, SlurmJob, sweep_dir_of
+from .errors import UsageError
+from .slurm.index import jobs_index
+from .states import JobState
+
+EXPLAINED_STATES = (JobState.FAILED, JobState.TIMEOUT, JobState.CANCELLED)
+
+
+def _shown_path(path) -> str:
+    """A path under the working directory as the user typed it (runs/...), others absolute."""
+    relative = os.path.relpath(path)
+    return str(path) if relative.startswith("..") else relative
+
+
+def local_run_row(job: LocalJob) -> list[str]:
+    """LOCAL RUN, STATE, DURATION, RESULT (the result's scalars, or the failure, shortened)."""
+    status = job.status()
+    seconds = (status.ended or time.time()) - status.started if status.started else None
+    summary = ""
+    try:
+        value = json.loads(job.run.result_file.read_text())
+        if isinstance(value, dict):
+            value = {k: v for k, v in value.items() if isinstance(v, (int, float, str, bool))}
+        summary = json.dumps(value)
+    except (OSError, ValueError):
+        failure = job.failure()
+        summary = failure["summary"] if failure else ""
+    return [_shown_path(job.run_dir), str(job.state()), "" if seconds is None else f"{seconds:.1f} s",
+            summary if len(summary) <= 60 else summary[:57] + "..."]
+
+
+def slurm_job_rows(jobs: list[SlurmJob]) -> tuple[list[list[str]], list[SlurmJob]]:
+    """(rows JOBID, STATE, ELAPSED/LIMIT, NODES, RUN DIR for the jobs Slurm or the index knows,
+    the unknown ones). One batched scheduler query for all of them."""
+    if jobs:
+        backend = SlurmBackend(jobs[0].watcher)
+        backend.states(jobs)
+        backend.fill_run_dirs(jobs)
+    rows, unknown = [], []
+    for job in jobs:
+        info = job.info()
+        if info is None and job.run is None:
+            unknown.append(job)
+        elif info is None:
+            rows.append([job.id, f"{job.status().state} (no longer known to Slurm)", "", "", str(job.run_dir)])
+        else:
+            state = job.state()
+            shown = info.describe_state() if state == JobState.parse(info.state) else str(state)
+            rows.append([job.id, shown, info.describe_elapsed(), info.nodes, str(job.run_dir or "")])
+    return rows, unknown
+
+
+def unknown_jobs_error(job_ids: list[str]) -> UsageError:
+    plural = "s" if len(job_ids) > 1 else ""
+    return UsageError(f"no job{plural} {', '.join(job_ids)} known to Slurm or to jaxlaunch (index: {jobs_index()}).\n"
+                      f"  fix: check the id{plural} with `squeue --me` or `jaxlaunch status`.")
+
+
+def print_status(job_ids: list[str], verbose: bool, echo) -> None:
+    """`jaxlaunch status [IDS]`: the jobs asked about (default: those jaxlaunch submitted, and the
+    recent local runs), a count of task states per sweep, the root cause of those that failed."""
+    from .sweeps.status import summary_line, task_states
+    from .sweeps.directory import SweepDirectory
+
+    slurm = SlurmBackend()
+    ids = list(job_ids) or slurm.known_job_ids()[:20]
+    if not job_ids:
+        local = [local_run_row(job) for job in LocalBackend().recent()]
+        if local:
+            echo(tabulate(local, headers=["LOCAL RUN", "STATE", "DURATION", "RESULT"]))
+            if ids:
+                echo("")
+        elif not ids:
+            echo("no jobs submitted with jaxlaunch yet, and no local runs in runs/")
+            return
+    sweeps = [SweepDirectory(i) if not is_job_id(i) else sweep_dir_of(i) for i in ids]
+    for path in dict.fromkeys(d.path for d in sweeps if d is not None):
+        directory = SweepDirectory(path)
+        states = task_states(directory)
+        echo(summary_line(directory, states))
+        if verbose:
+            keys = directory.read()["keys"]
+            echo(tabulate([[t.folder, t.job_id, t.state, t.elapsed, *(t.values.get(k) for k in keys)]
+                           for t in states], headers=["TASK", "JOBID", "STATE", "ELAPSED", *keys]))
+    jobs = slurm.find_many([i for i, d in zip(ids, sweeps) if d is None])
+    if not jobs:
+        return
+    rows, unknown = slurm_job_rows(jobs)
+    if rows:
+        echo(tabulate(rows, headers=["JOBID", "STATE", "ELAPSED/LIMIT", "NODES", "RUN DIR"]))
+    for job in jobs:
+        if job in unknown:
+            continue
+        requeued = job.requeue_line()
+        if requeued:
+            echo(f"job {job.id} {requeued}")
+        if job_ids and job.state() in EXPLAINED_STATES:  # explain the jobs asked about
+            for line in job.failure_lines():
+                echo(f"job {job.id} {line}")
+    if unknown:
+        raise unknown_jobs_error([job.id for job in unknown])
+
+
+def wait_for(job, echo) -> JobState:
+    """`--wait`: follow one job to its end, echoing each state change (with squeue's pending
+    reason), then its root cause if it did not complete."""
+    def changed(handle, state):
+        info = handle.info() if isinstance(handle, SlurmJob) else None
+        shown = info.describe_state() if info is not None and JobState.parse(info.state) == state else str(state)
+        echo(f"job {handle.id}: {shown}")
+
+    state = job.wait(on_change=changed)
+    if state != JobState.COMPLETED:
+        for line in job.failure_lines():
+            echo(line)
+    return state
+
+
+__all__ = ["print_status", "wait_for", "local_run_row", "slurm_job_rows", "unknown_jobs_error"]

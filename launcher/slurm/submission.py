@@ -1,0 +1,70 @@
+"""Submitting one job: render its batch script into the run directory, check it, sbatch it, and
+record the id. Used by the Slurm backend and, per task, by sweeps."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from ..errors import SchedulerError, SpecError
+from ..launch import find_mpirun
+from ..rundir import RunDirectory
+from ..spec import JobSpec
+from . import index, scheduler
+from .render import SCRIPT_NAME, render_batch_script
+
+
+def render_for_submission(spec: JobSpec, run_dir: Path) -> str:
+    """The batch script for this machine's Python (and mpirun, when the spec launches with it: a
+    login node without mpirun can still submit an srun job). Refuses a script bash cannot parse."""
+    mpirun = find_mpirun() if spec.slurm.launch == "mpirun" else None
+    text = render_batch_script(spec, run_dir=run_dir, workdir=Path.cwd(), python=sys.executable,
+                               mpirun=mpirun, is_root=os.geteuid() == 0)
+    check_bash_syntax(spec, text)
+    return text
+
+
+def _bash_syntax_error(text: str) -> str | None:
+    """bash's complaint about `text` (bash -n: parse, run nothing), None if it parses."""
+    done = subprocess.run(["bash", "-n"], input=text, capture_output=True, text=True, timeout=30)
+    return None if done.returncode == 0 else (done.stderr.strip() or f"bash -n exited {done.returncode}")
+
+
+def check_bash_syntax(spec: JobSpec, text: str) -> None:
+    """A `setup:` line bash cannot parse would fail only after the queue wait: refuse it now,
+    naming the line. (Every other part of the script is quoted by the renderer.)"""
+    error = _bash_syntax_error(text)
+    if error is None:
+        return
+    for number, line in enumerate(spec.setup):
+        line_error = _bash_syntax_error(line + "\n")
+        if line_error is not None:
+            message = re.sub(r"^bash: (line \d+: )?", "", line_error.splitlines()[-1])
+            raise SpecError(f"setup[{number}] ({line!r}) is not valid bash: {message}\n"
+                            f"  fix: correct that line of the spec's setup: list (it runs at the top of the "
+                            f"batch script); nothing was submitted")
+    raise SpecError(f"the rendered batch script does not parse (bash -n): {error}; nothing was submitted")
+
+
+def submit_job(spec: JobSpec, run: RunDirectory) -> str:
+    """Write the script into the run directory and sbatch it; returns the job id.
+
+    If sbatch refuses the job, status.json says SUBMIT_FAILED with sbatch's message, and the
+    error propagates: no run directory is left looking like a job that ran.
+    """
+    script = run.path / SCRIPT_NAME
+    script.write_text(render_for_submission(spec, run.path))
+    script.chmod(0o755)
+    try:
+        job_id = scheduler.submit(str(script))
+    except SchedulerError as exc:
+        run.update_status(state="SUBMIT_FAILED", backend="slurm", error=str(exc), ended=time.time())
+        raise
+    run.update_status(state="SUBMITTED", backend="slurm", job_id=job_id, script=str(script),
+                      submitted=time.time())
+    index.record_job(job_id, run.path)
+    return job_id

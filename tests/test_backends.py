@@ -1,0 +1,222 @@
+"""The backend seam: typed states and their one exit-code table, the batched Slurm watcher, and
+the bugs the split between the CLI, the API and the backends used to cause."""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from click.testing import CliRunner
+
+import launcher
+from conftest import TEST_JOBS, jaxlaunch
+from launcher.backends import find_job
+from launcher.backends.slurm import SlurmBackend, SlurmJob, SlurmWatcher
+from launcher.cli import main
+from launcher.errors import SpecError, UsageError
+from launcher.rundir import RunDirectory
+from launcher.slurm import scheduler
+from launcher.slurm.submission import render_for_submission
+from launcher.spec import JobSpec
+from launcher.states import FINAL_STATES, JobState, StatusRecord
+
+EXPECTED_EXIT_CODES = {"COMPLETED": 0, "FAILED": 1, "TIMEOUT": 124, "CANCELLED": 143, "PREEMPTED": 75,
+                       "OUT_OF_MEMORY": 1, "SUBMIT_FAILED": 1}
+
+
+# --- states ----------------------------------------------------------------------------------
+
+def test_every_final_state_has_one_exit_code_for_run_submit_and_the_api():
+    assert sorted(FINAL_STATES) == sorted(EXPECTED_EXIT_CODES)
+    for name, code in EXPECTED_EXIT_CODES.items():
+        assert JobState(name).final and JobState(name).exit_code() == code, name
+    assert JobState.CANCELLED.exit_code(signal.SIGINT) == 130 and JobState.CANCELLED.exit_code(signal.SIGHUP) == 129
+    for name in ("PENDING", "SUBMITTED", "RUNNING", "SUSPENDED", "REQUEUED", "UNKNOWN"):
+        assert not JobState(name).final, name
+    assert JobState.COMPLETED == "COMPLETED" and f"{JobState.TIMEOUT}" == "TIMEOUT"
+    assert JobState.parse("NO_SUCH_STATE") is JobState.UNKNOWN
+
+
+def test_the_supervisor_uses_the_same_exit_code_table():
+    from launcher.supervisor.supervise import exit_code_for
+
+    for name, code in EXPECTED_EXIT_CODES.items():
+        assert exit_code_for(name) == code, name
+    assert exit_code_for("CANCELLED", signal.SIGINT) == 130
+
+
+def test_status_json_is_one_typed_record_with_a_version(tmp_path):
+    run = RunDirectory(tmp_path)
+    assert run.status() == StatusRecord() and run.status().state is JobState.PENDING
+    run.update_status(state=JobState.RUNNING, attempts=1)
+    written = json.loads(run.status_file.read_text())
+    assert written["state"] == "RUNNING" and written["version"] == 1 and written["attempts"] == 1
+    assert run.status().state is JobState.RUNNING
+    with pytest.raises(TypeError, match="status.json has no field stat"):
+        run.update_status(stat="COMPLETED")  # a misspelt field is refused, not written
+    run.status_file.write_text(json.dumps({"state": "COMPLETED", "from_a_newer_jaxlaunch": 1}))
+    assert run.status().state is JobState.COMPLETED  # unknown keys are read past
+
+
+# --- Slurm: submit -----------------------------------------------------------------------------
+
+def no_mpirun():
+    raise UsageError("mpirun not found")
+
+
+def test_an_srun_job_renders_on_a_login_node_without_mpirun(monkeypatch, tmp_path):
+    monkeypatch.setattr("launcher.slurm.submission.find_mpirun", no_mpirun)
+    spec = JobSpec(name="x", entrypoint="m:f", nodes=2, slurm={"launch": "srun"})
+    script = render_for_submission(spec, tmp_path)
+    assert "srun --mpi=pmix" in script and "mpirun" not in script
+    with pytest.raises(UsageError, match="mpirun not found"):  # an mpirun job does need it
+        render_for_submission(spec.replace(slurm={"launch": "mpirun"}), tmp_path)
+
+
+@pytest.mark.parametrize("setup, index, said", [
+    (["("], 0, "syntax error"),
+    (["module load cuda", 'echo "unterminated'], 1, "unexpected EOF"),
+    (["if true; then echo ok"], 0, "syntax error"),
+])
+def test_a_setup_line_bash_cannot_parse_is_refused_before_sbatch_naming_it(setup, index, said, tmp_path):
+    spec = JobSpec(name="x", entrypoint="m:f", setup=setup)
+    prefix = re.escape(f"setup[{index}] ({setup[index]!r}) is not valid bash: ")
+    with pytest.raises(SpecError, match=f"^{prefix}[^\\n]*{said}"):
+        render_for_submission(spec, tmp_path)
+
+
+def test_submit_refuses_a_broken_setup_line_with_exit_2_and_submits_nothing(write_spec, tmp_path, monkeypatch):
+    submitted = []
+    monkeypatch.setattr(scheduler, "submit", submitted.append)
+    spec = write_spec("name: x\nentrypoint: m:f\nsetup:\n  - module load cuda\n  - '('\n")
+    result = CliRunner().invoke(main, ["submit", str(spec), "--run-dir", str(tmp_path / "run"), "--no-check"])
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith("Error: setup[1] ('(') is not valid bash: ")
+    assert submitted == [] and not (tmp_path / "run").exists()
+
+
+# --- Slurm: the watcher ----------------------------------------------------------------------
+
+class CountingScheduler:
+    def __init__(self, monkeypatch, states):
+        self.states, self.calls = states, []
+        monkeypatch.setattr(scheduler, "query_jobs", self)
+
+    def __call__(self, job_ids):
+        self.calls.append(list(job_ids))
+        return {j: scheduler.JobInfo(j, s, *scheduler.translate_state(s), "0:01", "1", "fake")
+                for j, s in self.states.items() if j in job_ids}
+
+
+def test_many_handles_share_one_batched_query(monkeypatch):
+    fake = CountingScheduler(monkeypatch, {f"5_{i}": "PENDING" for i in range(20)})
+    watcher = SlurmWatcher()
+    jobs = [SlurmJob(f"5_{i}", None, watcher) for i in range(20)]
+    assert [repr(j) for j in jobs][0] == "SlurmJob(id='5_0', run_dir='None')" and fake.calls == []  # repr: no I/O
+    assert SlurmBackend(watcher).states(jobs) == {j.id: JobState.PENDING for j in jobs}
+    assert len(fake.calls) == 1 and sorted(fake.calls[0]) == sorted(j.id for j in jobs)
+    for job in jobs:  # within the refresh interval: answered from the batch
+        assert job.state() == JobState.PENDING
+    assert len(fake.calls) == 1
+    fake.states["5_3"] = "COMPLETED"
+    assert jobs[3].info(max_age=0).state == "COMPLETED"
+    assert len(fake.calls) == 2 and len(fake.calls[1]) == 20  # one query refreshed every unfinished job
+    jobs[3].state(), jobs[3].state()
+    assert all("5_3" not in call for call in fake.calls[2:])  # a finished job is never asked about again
+
+
+def test_wait_backs_off_instead_of_polling_every_half_second(monkeypatch):
+    """Both the handle's sleeps and the watcher's refreshes grow 1.5x while nothing changes."""
+    fake = CountingScheduler(monkeypatch, {"9": "PENDING"})
+    now = [0.0]
+    sleeps = []
+
+    def sleep(seconds):
+        sleeps.append(seconds)
+        now[0] += seconds
+    monkeypatch.setattr("launcher.backends.base.time.sleep", sleep)
+    monkeypatch.setattr("launcher.backends.base.time.monotonic", lambda: now[0])
+    monkeypatch.setattr("launcher.backends.slurm.time.monotonic", lambda: now[0])
+    watcher = SlurmWatcher()
+    with pytest.raises(TimeoutError):
+        SlurmJob("9", None, watcher).wait(timeout=120)
+    assert sleeps[:4] == [0.5, 0.75, 1.125, 1.6875] and max(sleeps) == 10.0
+    # 120 s of waiting: a poll every 0.5 s was 240 queries; now a dozen or so
+    assert 5 <= len(fake.calls) <= 20, len(fake.calls)
+    assert watcher.interval == 10.0
+    fake.states["9"] = "RUNNING"  # a change brings the interval back down
+    watcher.refresh()
+    assert watcher.interval == 1.0
+
+
+@pytest.mark.parametrize("slurm_state, code", [("COMPLETED", 0), ("FAILED", 1), ("TIMEOUT", 124),
+                                               ("CANCELLED", 143), ("PREEMPTED", 75), ("OUT_OF_MEMORY", 1)])
+def test_submit_wait_exits_with_the_same_code_as_run(slurm_state, code, write_spec, tmp_path, monkeypatch):
+    """A state Slurm decided (the job's supervisor never wrote one) maps through the one table."""
+    monkeypatch.setenv("JAXLAUNCH_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(scheduler, "submit", lambda script: "31")
+    CountingScheduler(monkeypatch, {"31": slurm_state})
+    result = CliRunner().invoke(main, ["submit", str(write_spec("name: x\nentrypoint: m:f\n")), "--run-dir",
+                                       str(tmp_path / "run"), "--wait", "--no-check"])
+    assert result.exit_code == code, result.output
+    assert f"job 31: {slurm_state}" in result.output
+    assert json.loads((tmp_path / "run" / "status.json").read_text())["state"] == slurm_state
+
+
+# --- local runs found by their run directory ---------------------------------------------------
+
+def start_jaxlaunch_run(run_dir, seconds=60):
+    exe = os.path.join(os.path.dirname(sys.executable), "jaxlaunch")
+    process = subprocess.Popen([exe, "run", str(TEST_JOBS / "fail_on_rank.yaml"), "--run-dir", str(run_dir), "--set",
+                                "entrypoint=fail_on_rank.py:sleep", "--set", f"params.seconds={seconds}"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and "sleeping" not in (run_dir / "logs" / "rank-0.log").read_text() \
+            if (run_dir / "logs" / "rank-0.log").exists() else time.monotonic() < deadline:
+        time.sleep(0.2)
+    return process
+
+
+def test_logs_of_a_jaxlaunch_run_run_are_its_ranks_lines(tmp_path):
+    result = jaxlaunch("run", TEST_JOBS / "fail_on_rank.yaml", "--run-dir", tmp_path / "run", "--set",
+                       "entrypoint=fail_on_rank.py:sleep", "--set", "params.seconds=0", timeout=120)
+    assert result.returncode == 0, result.stderr
+    logs = launcher.job(tmp_path / "run").logs()
+    assert "[rank 0] " in logs and "[rank 1] " in logs and "sleeping 0 s" in logs
+    assert launcher.job(tmp_path / "run").logs(rank=1) == (tmp_path / "run" / "logs" / "rank-1.log").read_text()
+
+
+def test_a_run_found_by_its_folder_can_be_waited_on_and_cancelled(tmp_path):
+    process = start_jaxlaunch_run(tmp_path / "run")
+    try:
+        job = find_job(tmp_path / "run")
+        assert job.state() == JobState.RUNNING and not job.done()
+        with pytest.raises(TimeoutError):
+            job.wait(timeout=0.5)
+        result = CliRunner().invoke(main, ["cancel", str(tmp_path / "run")])
+        assert result.exit_code == 0, result.output
+        assert job.state() == JobState.CANCELLED and job.exit_code() == 143
+        assert process.wait(timeout=60) == 143  # `jaxlaunch run` itself ended as if Ctrl-C'd... by SIGTERM
+        with pytest.raises(launcher.errors.JobStateError, match="already ended"):
+            job.cancel()
+    finally:
+        process.kill()
+        process.wait()
+
+
+def test_a_found_run_whose_supervisor_was_killed_is_failed(tmp_path):
+    process = start_jaxlaunch_run(tmp_path / "run")
+    try:
+        job = find_job(tmp_path / "run")
+        assert job.state() == JobState.RUNNING
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait()
+        assert job.wait(timeout=30) == JobState.FAILED
+        assert "supervisor process ended without a final state" in job.status().reason
+    finally:
+        process.kill()
+        process.wait()

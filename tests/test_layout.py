@@ -1,0 +1,86 @@
+"""The package's shape: imports flow one way (no cycles, counting the imports inside functions
+too, since those only hide a cycle), and every package says in its docstring what lives in it."""
+
+import ast
+from pathlib import Path
+
+import launcher
+
+PACKAGE = Path(launcher.__file__).parent
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def modules() -> dict[str, Path]:
+    return {module_name(p): p for p in PACKAGE.rglob("*.py")}
+
+
+def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
+    """The launcher modules `name` imports anywhere in its file (module level or in a function)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[:len(base) - node.level + 1]
+                prefix = ".".join(base + ([node.module] if node.module else []))
+            else:
+                prefix = node.module or ""
+            # `from pkg import submodule` imports the submodule; `from module import name` the module
+            targets = [f"{prefix}.{a.name}" if f"{prefix}.{a.name}" in known else prefix for a in node.names]
+        else:
+            continue
+        found.update(t for t in targets if t in known and t != name)
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    found = modules()
+    return {name: imports_of(name, path, set(found)) for name, path in found.items()}
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state, stack = {}, []
+
+    def visit(node):
+        state[node] = "open"
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == "open":
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt not in state:
+                cycle = visit(nxt)
+                if cycle:
+                    return cycle
+        state[node] = "done"
+        stack.pop()
+        return None
+
+    for node in sorted(graph):
+        if node not in state:
+            cycle = visit(node)
+            if cycle:
+                return cycle
+    return None
+
+
+def test_the_checker_finds_a_cycle():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_launcher_has_no_import_cycles():
+    cycle = find_cycle(import_graph())
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_every_package_says_what_lives_in_it():
+    for init in PACKAGE.rglob("__init__.py"):
+        doc = ast.get_docstring(ast.parse(init.read_text()))
+        assert doc and len(doc) > 80, f"{init.relative_to(PACKAGE.parent)} needs a docstring saying what lives there"
