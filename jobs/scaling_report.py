@@ -28,7 +28,8 @@ from pathlib import Path
 from launcher import load_result
 from launcher.errors import JaxlaunchError
 from launcher.rundir import RunDirectory, atomic_write_bytes
-from launcher.sweeps.table import finite_for_json, read_sweep
+from launcher.sweeps.directory import read_sweep
+from launcher.sweeps.table import finite_for_json
 
 MODES = ("strong", "weak")
 REQUIRED = ("mode", "processes", "step_seconds", "examples_per_second", "cores_used_per_process")
