@@ -208,7 +208,7 @@ class Checkpoints:
     def _collective(self, name, call, *args, **kwargs):
         if self.comm is None or self.comm.Get_size() == 1:
             return call(*args, **kwargs)
-        from .monitor import TRACKER
+        from .tracker import TRACKER
 
         seq = TRACKER.start(name)
         TRACKER.enter(seq, name)
@@ -337,6 +337,13 @@ class Checkpoints:
             trash = path.with_name(f".trash-{path.name}-{os.getpid()}")
             os.rename(path, trash)  # never a half-deleted step-* folder
             shutil.rmtree(trash, ignore_errors=True)
+        # An .old- copy (a replacing save stopped between its renames) is needed only while it is
+        # newer than the steps kept; once older, it would outlive `keep` forever.
+        kept = self.steps()
+        for path in self.directory.glob(".old-*"):
+            step = _old_step(path)
+            if step is None or step in kept or (kept and step < kept[0]):
+                shutil.rmtree(path, ignore_errors=True)
 
     def _clean_leftovers(self) -> None:
         """Folders a killed writer left behind (.tmp-, .trash-; .old- once its step is back)."""
