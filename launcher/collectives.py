@@ -39,7 +39,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec, SingleDeviceShardin
 from mpi4py import MPI
 
 from . import transport
-from .runtime.monitor import TRACKER
+from .runtime.tracker import TRACKER
 
 __all__ = ["allreduce", "broadcast", "allgather", "barrier", "TreePacker"]
 

@@ -1,31 +1,27 @@
 """The rank's side of supervision: collective tracking, stack dumps, the collective watchdog and
 early-exit detection.
 
-The supervisor (launcher/supervisor/) and the ranks talk through small files in the run directory
-(see `RunDirectory`: control/ and logs/), which works the same for local runs and Slurm jobs on any
-number of nodes, whatever launched the ranks:
-- the supervisor writes control/stop.json to ask every rank for its stacks and state before it
-  tears the job down (timeout, signal, watchdog);
-- a rank writes control/done-rank-N.json when its entrypoint has returned, with how many launcher
-  collectives it made;
-- a rank writes control/abort-rank-N.json to ask the supervisor to stop the job: one of its
-  collectives waited past `collective_timeout`, or it waits in a collective that a rank which has
-  already left `main` will never join.
+The supervisor (launcher/supervisor/) and the ranks talk through the control channel
+(launcher/control.py: every message's name and shape, for both sides):
+- the supervisor asks every rank for its stacks and state before it tears the job down (timeout,
+  signal, watchdog);
+- a rank says when its entrypoint has returned, with how many launcher collectives it made;
+- a rank asks the supervisor to stop the job: one of its collectives waited past
+  `collective_timeout`, or it waits in a collective that a rank which has already left `main` will
+  never join.
 
-One daemon thread per rank polls those files a few times a second. It runs while the main thread is
+One daemon thread per rank polls the channel a few times a second. It runs while the main thread is
 blocked in MPI or in `block_until_ready`, since both release the GIL. A rank stuck in C code that
 holds the GIL cannot answer; the supervisor then reports it as not answering. faulthandler covers
 crashes (SIGSEGV, SIGABRT, ...) in C, and SIGQUIT dumps every thread's stack on demand
 (`kill -QUIT PID`, as the JVM does), both straight into the rank's log file.
 
-The hot path is `TRACKER.start`/`dispatched` in every launcher collective: a counter, a list store
-and an attribute store (blocking mpi4py calls also read the clock).
+The collective tracker (tracker.py) is the hot path every launcher collective passes through.
 """
 
 from __future__ import annotations
 
 import faulthandler
-import json
 import os
 import signal
 import sys
@@ -33,94 +29,16 @@ import threading
 import time
 from pathlib import Path
 
+from ..control import AbortRequest, ControlChannel, NoticeSeen, RankDone, RankStarted
+from . import preemption
 from .topology import node_name
+from .tracker import TRACKER, CollectiveTracker  # noqa: F401  (CollectiveTracker: for callers of this module)
 
 POLL_SECONDS = 0.2
 # A rank waiting in a collective that a finished peer never joined is reported after this long;
 # the short grace lets a peer's last collective land before its done file is read.
 EARLY_EXIT_GRACE_SECONDS = 1.0
 DUMP_SIGNAL = signal.SIGQUIT
-
-
-class CollectiveTracker:
-    """Which launcher collectives this rank has started, and which it still waits for.
-
-    The hot path only counts: `start` bumps a counter and notes the name, `dispatched` keeps the
-    output of the latest asynchronous (mpi4jax) call. Completion is worked out by the monitor
-    thread alone: at each poll it keeps (count, latest output) as a snapshot, and once that output
-    is ready every collective up to the snapshot's count has finished (a device runs its
-    computations in order). Blocking calls (mpi4py) are pending between enter() and leave().
-    Every public collective counts once, so the sequence numbers agree across ranks.
-    """
-
-    NAMES = 256  # names kept for the last 256 collectives
-
-    def __init__(self):
-        self.count = 0
-        self.names = [""] * self.NAMES
-        self.latest = None    # output of the latest asynchronous collective
-        self.blocking = None  # (seq, name, started) while inside a blocking MPI call
-        # the monitor thread's own state
-        self.confirmed = 0    # every collective up to this one has finished
-        self._snapshot = None  # (count, output) taken at an earlier poll
-        self._oldest = None   # (seq, first seen) of the oldest collective not known to be finished
-
-    def start(self, name: str) -> int:
-        self.count += 1
-        self.names[self.count % self.NAMES] = name
-        return self.count
-
-    def dispatched(self, seq: int, name: str, handle) -> None:
-        self.latest = handle
-
-    def enter(self, seq: int, name: str) -> None:
-        self.blocking = (seq, name, time.monotonic())
-
-    def leave(self) -> None:
-        self.blocking = None
-
-    def name_of(self, seq: int) -> str:
-        return self.names[seq % self.NAMES] if self.count - seq < self.NAMES else "collective"
-
-    def observe(self) -> None:
-        """Advance what is known to have finished (monitor thread only)."""
-        if self._snapshot is not None:
-            count, output = self._snapshot
-            try:
-                ready = output is None or output.is_ready()
-            except Exception:  # noqa: BLE001  (a deleted buffer has finished too)
-                ready = True
-            if ready:
-                self.confirmed = max(self.confirmed, count)
-                self._snapshot = None
-        count, latest = self.count, self.latest
-        if self._snapshot is None and count > self.confirmed:
-            self._snapshot = (count, latest)
-        if self._oldest is not None and self._oldest[0] <= self.confirmed:
-            self._oldest = None
-        if self._oldest is None and count > self.confirmed:
-            self._oldest = (self.confirmed + 1, time.monotonic())
-
-    def oldest_waiting(self) -> tuple[int, str, float] | None:
-        """(seq, name, seconds waited) of the oldest collective not known to have finished, or None.
-        The wait of an asynchronous one counts from the poll that first saw it (+- one poll)."""
-        self.observe()
-        now = time.monotonic()
-        candidates = []
-        if self._oldest is not None:
-            seq, seen = self._oldest
-            candidates.append((seq, self.name_of(seq), now - seen))
-        blocking = self.blocking
-        if blocking is not None:
-            candidates.append((blocking[0], blocking[1], now - blocking[2]))
-        return min(candidates) if candidates else None
-
-    def completed(self) -> int:
-        waiting = self.oldest_waiting()
-        return self.count if waiting is None else waiting[0] - 1
-
-
-TRACKER = CollectiveTracker()
 
 
 def _is_own_code(filename: str) -> bool:
@@ -167,18 +85,16 @@ class RankMonitor:
         self.reported_notice = False
         self._stop = threading.Event()
         self._dump_fd = None
+        self.channel = ControlChannel(run)
 
     def start(self) -> "RankMonitor":
-        self.run.control.mkdir(parents=True, exist_ok=True)
+        self.channel.prepare()
         # An fd of our own on the log, kept open for the life of the process: faulthandler writes
         # to it from a signal handler, after Python's own file objects may be closed.
         self._dump_fd = os.open(self.run.rank_log(self.rank), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         faulthandler.enable(file=self._dump_fd, all_threads=True)
         faulthandler.register(DUMP_SIGNAL, file=self._dump_fd, all_threads=True, chain=False)
-        from ..rundir import atomic_write_json
-
-        atomic_write_json(self.run.control / f"started-rank-{self.rank}.json",
-                          {"rank": self.rank, "host": self.host, "pid": os.getpid(), "time": time.time()})
+        self.channel.mark_started(RankStarted(self.rank, self.host, os.getpid(), time.time()))
         self._thread = threading.Thread(target=self._loop, name="jaxlaunch-monitor", daemon=True)
         self._thread.start()
         return self
@@ -199,14 +115,13 @@ class RankMonitor:
                 os.write(self._dump_fd, f"jaxlaunch monitor: {exc!r}\n".encode())
 
     def check(self) -> None:
-        from .preemption import NOTICE, NOTICE_FILE, SOURCES
-
-        stop = self.run.control / "stop.json"
-        if not self.answered_stop and stop.exists():
-            self.answered_stop = NOTICE.stopping = True
-            self.report_state(_read_json(stop).get("reason", "stop"))
-        if not NOTICE.sources & SOURCES["supervisor"] and (self.run.control / NOTICE_FILE).exists():
-            NOTICE.set("supervisor")
+        if not self.answered_stop:
+            stop = self.channel.stop_request()
+            if stop is not None:
+                self.answered_stop = preemption.NOTICE.stopping = True
+                self.report_state(stop.get("reason", "stop"))
+        if not preemption.NOTICE.sources & preemption.SOURCES["supervisor"] and self.channel.preempt_noticed():
+            preemption.NOTICE.set("supervisor")
         self.report_notice()
         if self.requested_abort:
             return
@@ -221,8 +136,7 @@ class RankMonitor:
             return
         if waited < EARLY_EXIT_GRACE_SECONDS:
             return
-        for done in self.run.control.glob("done-rank-*.json"):
-            record = _read_json(done)
+        for record in self.channel.done():
             if record.get("collectives", seq) < seq:
                 peer = record["rank"]
                 self.request_abort(
@@ -234,17 +148,13 @@ class RankMonitor:
     def report_notice(self) -> None:
         """Tell the supervisor a notice reached this rank, even if the job then dies before it can
         stop (mpirun mode: Slurm's SIGTERM also ends mpirun)."""
-        from .preemption import NOTICE
-
-        if NOTICE.sources and not self.reported_notice:
+        notice = preemption.NOTICE
+        if notice.sources and not self.reported_notice:
             self.reported_notice = True
-            from ..rundir import atomic_write_json
-
-            sources = NOTICE.names(NOTICE.sources)
-            atomic_write_json(self.run.control / f"notice-rank-{self.rank}.json",
-                              {"rank": self.rank, "sources": sources, "time": NOTICE.received})
+            sources = notice.names(notice.sources)
+            self.channel.report_notice(NoticeSeen(self.rank, sources, notice.received))
             if sources != ["supervisor"]:  # the supervisor logged its own notice
-                self.run.log_event("notice", source=",".join(sources), rank=self.rank, received=NOTICE.received)
+                self.run.log_event("notice", source=",".join(sources), rank=self.rank, received=notice.received)
 
     def state(self, reason: str) -> dict:
         waiting = self.tracker.oldest_waiting()
@@ -262,33 +172,16 @@ class RankMonitor:
         header = f"\njaxlaunch: stacks of rank {self.rank} ({reason}); main thread 0x{self.main_thread:016x}\n"
         os.write(self._dump_fd, header.encode())
         faulthandler.dump_traceback(file=self._dump_fd, all_threads=True)
-        from ..rundir import atomic_write_json
-
-        atomic_write_json(self.run.rank_state(self.rank), self.state(reason))
+        self.channel.report_state(self.rank, self.state(reason))
 
     def request_abort(self, reason, seq, name, waited, message, culprit=None) -> None:
-        from ..rundir import atomic_write_json
-
         self.requested_abort = True
-        atomic_write_json(self.run.control / f"abort-rank-{self.rank}.json", {
-            "rank": self.rank, "host": self.host, "reason": reason, "message": message, "time": time.time(),
-            "collective": {"seq": seq, "name": name, "seconds": round(waited, 3)},
-            "culprit": culprit,
-        })
+        self.channel.request_abort(AbortRequest(
+            self.rank, self.host, reason, message, time.time(),
+            collective={"seq": seq, "name": name, "seconds": round(waited, 3)}, culprit=culprit))
 
 
 def write_done(run, rank: int, tracker: CollectiveTracker = TRACKER) -> None:
     """Mark that this rank's entrypoint returned, after `tracker.count` collectives; `stopped` says
     it returned at an agreed preemption stop (should_stop() was True), not at the end of the work."""
-    from ..rundir import atomic_write_json
-    from .preemption import NOTICE
-
-    atomic_write_json(run.control / f"done-rank-{rank}.json",
-                      {"rank": rank, "collectives": tracker.count, "time": time.time(), "stopped": NOTICE.agreed})
-
-
-def _read_json(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
+    ControlChannel(run).mark_done(RankDone(rank, tracker.count, time.time(), stopped=preemption.NOTICE.agreed))

@@ -21,6 +21,8 @@ import signal
 import threading
 import time
 
+from .tracker import TRACKER
+
 NOTICE_FILE = "preempt.json"  # in the run directory's control/
 # Bit per source, so the agreed answer also says how the notice came.
 SOURCES = {"SIGUSR2": 1, "SIGTERM": 2, "supervisor": 4}
@@ -91,8 +93,6 @@ def should_stop() -> bool:
     and return from main: the run then ends PREEMPTED (and requeues on Slurm) instead of COMPLETED.
     """
     import numpy as np
-
-    from .monitor import TRACKER
 
     _enable_sigterm_notice()
     comm = _agreement_comm()
