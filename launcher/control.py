@@ -32,7 +32,7 @@ class StopRequest:
     reason: str             # timeout, collective_timeout, left_early, cancelled, ...
     time: float
     detail: str | None = None
-    signal: str | None = None
+    attempt: int | None = None
 
 
 @dataclass

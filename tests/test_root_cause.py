@@ -163,3 +163,64 @@ def test_summary_ends_with_the_failing_ranks_last_log_lines_read_from_the_end(tm
     assert lines[-1] == f"  details: {tmp_path}/failure.json"
     assert not any("last lines" in line for line in root_cause.summary_lines({**failure, "reason": "timeout"},
                                                                              tmp_path))
+
+
+def test_first_failure_is_the_earliest_even_when_a_lower_rank_fails_later():
+    """Rank 1 fails at t=10, rank 0 at t=20: rank 1 is the cause, whatever the rank order."""
+    errors = [{"rank": 0, "host": "a", "time": 20.0, "error": "A: late"},
+              {"rank": 1, "host": "b", "time": 10.0, "error": "B: early"}]
+    failure = build([], False, rank_errors=errors, num_processes=3)
+    assert failure["first_failure"]["rank"] == 1
+    assert [r["rank"] for r in failure["failed_ranks"]] == [1, 0]
+    assert failure["summary"] == "rank 1 on b failed first: B: early"
+    assert root_cause.summary_lines(failure) == [
+        "FAILED: rank 1 on b failed first: B: early", "  also failed: rank 0: A: late",
+        "  stopped only because the job was torn down: rank 2"]
+
+
+def test_failures_at_the_same_time_go_by_rank_and_untimed_ones_last():
+    errors = [{"rank": 2, "host": "c", "time": None, "error": "C: untimed"},
+              {"rank": 1, "host": "b", "time": 10.0, "error": "B"},
+              {"rank": 0, "host": "a", "time": 10.0, "error": "A"}]
+    failure = build([], False, rank_errors=errors, num_processes=3)
+    assert [r["rank"] for r in failure["failed_ranks"]] == [0, 1, 2]
+    assert failure["torn_down_ranks"] == []
+
+
+def test_a_ranks_own_error_before_the_launchers_report_of_another_rank_is_the_cause():
+    """A rank that recorded its own error is the cause; the rank mpirun reports afterwards was
+    ended by the teardown."""
+    reports, every = root_cause.parse_launcher_messages(PRTE_SIGNAL)  # rank 1 killed by SIGKILL
+    own = {"rank": 0, "host": "node1", "time": 50.0, "error": "ValueError: bad shard", "exit_code": 1,
+           "signal": None}
+    failure = build(reports, every, rank_errors=[own])
+    assert failure["first_failure"]["rank"] == 0
+    assert [r["rank"] for r in failure["failed_ranks"]] == [0] and failure["torn_down_ranks"] == [1]
+
+
+def test_summary_of_a_left_early_stop_ends_with_the_ranks_last_log_lines(tmp_path):
+    from launcher.rundir import RunDirectory
+
+    run = RunDirectory(tmp_path)
+    run.logs.mkdir()
+    run.rank_log(1).write_text("step 1\nreturning early\n")
+    failure = {"state": "FAILED", "summary": "rank 1 failed first: left main early: ...", "reason": "left_early",
+               "first_failure": {"rank": 1}, "failed_ranks": [{"rank": 1}], "torn_down_ranks": [0]}
+    lines = root_cause.summary_lines(failure, tmp_path)
+    assert lines[1:] == ["  stopped only because the job was torn down: rank 0",
+                         f"  last lines of rank 1's log ({run.rank_log(1)}):", "    step 1", "    returning early",
+                         f"  details: {tmp_path}/failure.json"]
+
+
+def test_a_stop_with_no_failing_rank_lists_no_torn_down_ranks():
+    """A timeout or a cancel: every rank was torn down, none is blamed, the hang report says where
+    each one was."""
+    failure = build([], False, state="TIMEOUT", reason="timeout", detail="timed out after 8 s (the spec's timeout)",
+                    started_ranks={}, rank_states=[{"rank": 0, "host": "a", "where": "job.py:3 in f",
+                                                    "collectives_started": 2, "waiting_in": None}])
+    assert failure["first_failure"] is None and failure["torn_down_ranks"] == [0, 1]
+    assert failure["summary"] == "timed out after 8 s (the spec's timeout)"
+    assert root_cause.summary_lines(failure) == [
+        "TIMEOUT: timed out after 8 s (the spec's timeout)",
+        "  rank 0 (a): not in a collective (2 started), at job.py:3 in f",
+        "  rank 1: did not answer (dead, or stuck in C code holding the GIL)"]

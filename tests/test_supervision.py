@@ -78,6 +78,24 @@ def test_rank_leaving_main_early_is_the_cause_not_a_timeout(tmp_path, how):
     assert_no_process_survives(tmp_path / "run")
 
 
+@pytest.mark.parametrize("how", ["sys_exit0", "return"])
+def test_rank_leaving_main_early_with_collective_timeout_set_is_still_left_early(tmp_path, how):
+    """The test above runs without collective_timeout, so the watchdog branch of the rank monitor
+    never runs there: with it set (longer than the early-exit grace), the rank that left is still
+    the cause, the job FAILED (exit 1), not a collective TIMEOUT (124)."""
+    run_dir = tmp_path / "run"
+    result = jaxlaunch("run", SPEC, "--run-dir", run_dir, "--set", f"params.how={how}",
+                       "--set", "collective_timeout=15", timeout=90)
+    assert result.returncode == 1, result.stderr
+    failure = json.loads((run_dir / "failure.json").read_text())
+    assert failure["state"] == "FAILED" and failure["reason"] == "left_early", failure
+    assert failure["first_failure"]["rank"] == 1 and failure["first_failure"]["source"] == "watchdog"
+    assert "rank 1 left main after 1 collectives, while rank 0 waits in allreduce #2" in failure["summary"]
+    assert "never_arrived" not in failure.get("hang", {})
+    assert json.loads((run_dir / "status.json").read_text())["state"] == "FAILED"
+    assert_no_process_survives(run_dir)
+
+
 def test_sys_exit_0_at_the_end_of_main_is_a_success(tmp_path):
     result = jaxlaunch("run", SPEC, "--run-dir", tmp_path / "run", "--set", "entrypoint=misbehave.py:exit_at_end",
                        timeout=60)

@@ -129,21 +129,22 @@ class RankMonitor:
         if waiting is None:
             return
         seq, name, waited = waiting
-        if self.collective_timeout is not None and waited > self.collective_timeout:
+        past_timeout = self.collective_timeout is not None and waited > self.collective_timeout
+        # A peer that already left main is the cause, even past collective_timeout (which may be
+        # shorter than the grace): it will never join, and the watchdog would only say "hung".
+        if waited >= EARLY_EXIT_GRACE_SECONDS or past_timeout:
+            for record in self.channel.done():
+                if record.get("collectives", seq) < seq:
+                    peer = record["rank"]
+                    self.request_abort(
+                        "left_early", seq, name, waited,
+                        f"rank {peer} left main after {record['collectives']} collectives, while rank {self.rank} "
+                        f"waits in {name} #{seq}", culprit=peer)
+                    return
+        if past_timeout:
             self.request_abort("collective_timeout", seq, name, waited,
                                f"{name} #{seq} on rank {self.rank} waited {waited:.0f} s, past collective_timeout="
                                f"{self.collective_timeout:g} s")
-            return
-        if waited < EARLY_EXIT_GRACE_SECONDS:
-            return
-        for record in self.channel.done():
-            if record.get("collectives", seq) < seq:
-                peer = record["rank"]
-                self.request_abort(
-                    "left_early", seq, name, waited,
-                    f"rank {peer} left main after {record['collectives']} collectives, while rank {self.rank} "
-                    f"waits in {name} #{seq}", culprit=peer)
-                return
 
     def report_notice(self) -> None:
         """Tell the supervisor a notice reached this rank, even if the job then dies before it can

@@ -23,7 +23,6 @@ import time
 
 from .tracker import TRACKER
 
-NOTICE_FILE = "preempt.json"  # in the run directory's control/
 # Bit per source, so the agreed answer also says how the notice came.
 SOURCES = {"SIGUSR2": 1, "SIGTERM": 2, "supervisor": 4}
 

@@ -1,4 +1,5 @@
-"""Requeue decisions for a Slurm job that was preempted or reached its time-limit notice.
+"""Requeue decisions and accounting for a Slurm job that was preempted or reached its time-limit
+notice (the supervisor's attempt loop, supervise.py, asks; status.json keeps the counts).
 
 The supervisor runs inside the batch job. After the ranks stopped at an agreed point (their
 checkpoint is written), or after Slurm's preemption ended them, it requeues the job itself with
@@ -14,7 +15,12 @@ import time
 from datetime import datetime
 
 from ..errors import SchedulerError
+from ..rundir import RunDirectory, atomic_write_json
+from ..runtime.checkpoints import Checkpoints
 from ..slurm import scheduler
+from ..spec import JobSpec
+from ..states import EXIT_FAILED, JobState
+from . import root_cause
 
 JOB_ID_ENV = "SLURM_JOB_ID"
 RESTART_COUNT_ENV = "SLURM_RESTART_COUNT"
@@ -69,3 +75,67 @@ def requeue(job_id: str) -> str | None:
         return None
     except SchedulerError as exc:
         return str(exc)
+
+
+def count_requeues_slurm_made(run: RunDirectory, spec: JobSpec, attempts: int, echo) -> dict | None:
+    """At the start of a requeued batch job: count the requeues Slurm made without us (a
+    preemption that killed the job before it could stop). Returns failure.json's document, with
+    the job recorded FAILED, when slurm.max_requeues is spent; else None."""
+    status = run.status()
+    restarts = int(os.environ.get(RESTART_COUNT_ENV, "0") or 0)
+    requeues = status.requeues
+    if restarts > requeues:
+        extra = restarts - requeues
+        run.update_status(requeues=restarts, preemptions=status.preemptions + extra)
+        run.log_event("requeued_by_slurm", count=extra, restart_count=restarts)
+        requeues = restarts
+    if requeues > spec.slurm.max_requeues:
+        failure = limit_failure(run, spec, requeues, "preemption", attempts)
+        run.update_status(state=JobState.FAILED, exit_code=EXIT_FAILED, ended=time.time(), reason=failure["summary"])
+        return failure
+    if restarts:
+        echo(f"jaxlaunch: requeued job restarting (requeue {restarts} of at most {spec.slurm.max_requeues}); "
+             f"the job resumes from its latest checkpoint")
+    return None
+
+
+def decide(run: RunDirectory, spec: JobSpec, job_id: str, sources: set[str], checkpointed: bool, echo
+           ) -> tuple[str, dict | None, str | None]:
+    """After a notice stopped the job (or Slurm's preemption ended it): (REQUEUED, None, cause) with
+    the counts in status.json moved on, or (FAILED, failure, cause) once slurm.max_requeues
+    requeues are spent."""
+    cause = classify(job_record(job_id), sources, spec.slurm.checkpoint_notice)
+    status = run.status()
+    if status.requeues >= spec.slurm.max_requeues:
+        return JobState.FAILED.value, limit_failure(run, spec, status.requeues, cause, (status.attempts or 1) - 1), cause
+    counts = {"preemption": status.preemptions, "timeout": status.timeouts}
+    counts[cause] += 1
+    run.update_status(requeues=status.requeues + 1, preemptions=counts["preemption"], timeouts=counts["timeout"])
+    how = "after stopping at an agreed step" if checkpointed else "after the job was ended without a stop"
+    echo(f"jaxlaunch: {cause} notice ({', '.join(sorted(sources)) or 'Slurm'}); requeueing job {job_id} {how} "
+         f"(requeue {status.requeues + 1} of at most {spec.slurm.max_requeues})")
+    return JobState.REQUEUED.value, None, cause
+
+
+def requeue_now(run: RunDirectory, job_id: str, cause: str | None, echo) -> None:
+    run.log_event("requeue", job_id=job_id, cause=cause)
+    error = requeue(job_id)
+    if error is not None:
+        # Slurm may be requeueing it already (a preemption with PreemptMode=REQUEUE).
+        echo(f"jaxlaunch: scontrol requeue {job_id} failed: {error}")
+        run.log_event("requeue_failed", error=error)
+
+
+def limit_failure(run: RunDirectory, spec: JobSpec, requeues: int, cause: str, attempt: int) -> dict:
+    """failure.json for a job whose requeues are spent (written, and returned)."""
+    status = run.status()
+    latest = Checkpoints(run.path / "checkpoints").latest_step()
+    where = (f"the latest checkpoint is step {latest} in {run.path}/checkpoints"
+             if latest is not None else "no checkpoint was written")
+    summary = (f"{cause} notice after {requeues} requeue(s) ({status.preemptions} preemption(s), "
+               f"{status.timeouts} time limit(s)): slurm.max_requeues={spec.slurm.max_requeues} is spent; {where}")
+    failure = root_cause.scheduler_failure(reason="requeue_limit", summary=summary, attempt=attempt,
+                                           fix="raise slurm.max_requeues, or a longer slurm.time, and resubmit")
+    atomic_write_json(run.failure_file, failure)
+    run.log_event("requeue_limit", requeues=requeues, cause=cause)
+    return failure

@@ -201,6 +201,14 @@ def build_failure(*, state: str, reason: str, num_processes: int, rank_errors: l
     return document
 
 
+def scheduler_failure(*, reason: str, summary: str, attempt: int, fix: str) -> dict:
+    """The failure.json document of a job the scheduler's accounting ended (no rank failed), in
+    the same schema as build_failure's."""
+    return {"state": "FAILED", "reason": reason, "summary": summary, "attempt": attempt, "time": time.time(),
+            "first_failure": None, "failed_ranks": [], "torn_down_ranks": [],
+            "launcher": {"exit_code": None, "messages": []}, "fix": fix}
+
+
 def hang_report(num_processes: int, rank_states: list[dict], abort_requests: list[dict]) -> dict:
     """Where every rank was when the job was stopped, and which ranks never reached the collective
     the watchdog fired on."""

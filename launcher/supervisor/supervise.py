@@ -19,32 +19,29 @@ restarts the whole job up to `max_restarts` times after a failure.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections import deque
 from dataclasses import dataclass
 
+from ..control import ControlChannel, PreemptNotice, StopRequest
 from ..rundir import RunDirectory, atomic_write_json
 from ..runtime.environment import ATTEMPT_ENV
 from ..spec import JobSpec
-from . import root_cause
+from ..states import EXIT_COMPLETED, EXIT_FAILED, EXIT_PREEMPTED, EXIT_TIMEOUT, JobState
+from . import requeue, root_cause
 from .processes import kill_job_processes
+from .report import describe_outcome, result_text, write_to_stderr
 
 POLL_SECONDS = 0.1
 ANSWER_SECONDS = 3.0      # how long ranks get to dump their stacks before the job is ended
 TERMINATE_SECONDS = 5.0   # SIGTERM to the launcher's process group, then SIGKILL
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 
-EXIT_COMPLETED, EXIT_FAILED, EXIT_TIMEOUT = 0, 1, 124  # like coreutils' `timeout`
-# Checkpointed and stopped on a preemption notice; `jaxlaunch run --resume` continues it.
-# 75 is EX_TEMPFAIL (sysexits.h): "try again later".
-EXIT_PREEMPTED = 75
 NOTICE_SIGNAL = signal.SIGUSR2
 # Why the supervisor stopped a job -> the job's state.
 STOP_STATES = {"timeout": "TIMEOUT", "collective_timeout": "TIMEOUT", "left_early": "FAILED",
@@ -57,34 +54,18 @@ class Outcome:
     state: str
     exit_code: int
     failure: dict | None
-    attempts: int
+    attempts: int               # attempts this run directory has seen (ctx.attempt + 1 of the last)
+    restarts: int | None = None  # restarts after a failure in this launch (None: attempts - 1)
 
 
 def exit_code_for(state: str, stop_signal: int | None = None) -> int:
-    if state in ("COMPLETED", "REQUEUED"):
-        return EXIT_COMPLETED
-    if state == "PREEMPTED":
-        return EXIT_PREEMPTED
-    if state == "TIMEOUT":
-        return EXIT_TIMEOUT
-    if state == "CANCELLED":
-        return 128 + (stop_signal or signal.SIGTERM)
-    return EXIT_FAILED
-
-
-def _write_to_stderr(data: bytes) -> None:
-    stream = getattr(sys.stderr, "buffer", None)
-    if stream is not None:
-        stream.write(data)
-        stream.flush()
-    else:
-        sys.stderr.write(data.decode(errors="replace"))
-        sys.stderr.flush()
+    """The job's exit code: the one table in launcher/states.py."""
+    return JobState.parse(state).exit_code(stop_signal)
 
 
 class Supervisor:
     def __init__(self, spec: JobSpec, run: RunDirectory, argv: list[str], env: dict[str, str],
-                 echo=print, write_output=_write_to_stderr, slurm_job_id: str | None = None,
+                 echo=print, write_output=write_to_stderr, slurm_job_id: str | None = None,
                  resume: bool = False):
         self.spec, self.run, self.argv, self.env = spec, run, argv, env
         self.echo, self.write_output = echo, write_output
@@ -96,6 +77,8 @@ class Supervisor:
         self.resume = resume
         self.notice_time: float | None = None   # when SIGUSR2 reached the supervisor
         self.notice_sent = False
+        self.channel = ControlChannel(run)
+        self.requeue_cause: str | None = None
 
     # --- the whole job ---------------------------------------------------------------------
 
@@ -132,8 +115,8 @@ class Supervisor:
         reason = None if failure is None else failure["summary"]
         self.run.update_status(state=state, exit_code=exit_code, ended=time.time(), reason=reason)
         if state == "REQUEUED":
-            self._requeue_now()
-        return Outcome(state, exit_code, failure, attempt + 1)
+            requeue.requeue_now(self.run, self.slurm_job_id, self.requeue_cause, self.echo)
+        return Outcome(state, exit_code, failure, attempt + 1, restarts=attempt - first)
 
     def _continue_earlier_run(self) -> "int | Outcome":
         """Pick up where the run directory's last attempt ended: its logs go to logs/attempt-K/,
@@ -145,23 +128,9 @@ class Supervisor:
         if attempts:
             self._archive_attempt(attempts - 1)
         if self.slurm_job_id is not None:
-            from .requeue import RESTART_COUNT_ENV
-
-            restarts = int(os.environ.get(RESTART_COUNT_ENV, "0") or 0)
-            requeues = int(status.get("requeues", 0))
-            if restarts > requeues:
-                extra = restarts - requeues
-                self.run.update_status(requeues=restarts, preemptions=int(status.get("preemptions", 0)) + extra)
-                self.run.log_event("requeued_by_slurm", count=extra, restart_count=restarts)
-                requeues = restarts
-            if requeues > self.spec.slurm.max_requeues:
-                failure = self._requeue_limit_failure(requeues, "preemption", attempts)
-                self.run.update_status(state="FAILED", exit_code=EXIT_FAILED, ended=time.time(),
-                                       reason=failure["summary"])
-                return Outcome("FAILED", EXIT_FAILED, failure, attempts)
-            if restarts:
-                self.echo(f"jaxlaunch: requeued job restarting (requeue {restarts} of at most "
-                          f"{self.spec.slurm.max_requeues}); the job resumes from its latest checkpoint")
+            failure = requeue.count_requeues_slurm_made(self.run, self.spec, attempts, self.echo)
+            if failure is not None:  # requeued too often: end before starting anything
+                return Outcome("FAILED", EXIT_FAILED, failure, attempts, restarts=0)
         if attempts:
             self.run.log_event("resumed", attempt=attempts, restart_count=os.environ.get("SLURM_RESTART_COUNT"))
         return attempts
@@ -180,11 +149,9 @@ class Supervisor:
         self.notice_time = self.notice_time or time.time()
 
     def _send_notice(self) -> None:
-        """Tell every rank (control/preempt.json, read by each rank's monitor thread)."""
-        from ..runtime.preemption import NOTICE_FILE
-
+        """Tell every rank (read by each rank's monitor thread)."""
         self.notice_sent = True
-        atomic_write_json(self.run.control / NOTICE_FILE, {"signal": NOTICE_SIGNAL.name, "time": self.notice_time})
+        self.channel.send_preempt_notice(PreemptNotice(NOTICE_SIGNAL.name, self.notice_time))
         self.run.log_event("notice", source="supervisor", signal=NOTICE_SIGNAL.name, received=self.notice_time)
         self.echo(f"jaxlaunch: {NOTICE_SIGNAL.name} received: asking the ranks to checkpoint and stop "
                   f"(at their next ctx.should_stop())")
@@ -193,9 +160,9 @@ class Supervisor:
 
     def _notice_sources(self) -> set[str]:
         sources = set()
-        for record in self.run.read_json_files(self.run.control, "notice-rank-*.json"):
+        for record in self.channel.notices():
             sources.update(record.get("sources", []))
-        for record in self.run.read_json_files(self.run.control, "done-rank-*.json"):
+        for record in self.channel.done():
             sources.update((record.get("stopped") or {}).get("sources", []))
         if self.notice_time is not None:
             sources.add("supervisor")
@@ -210,50 +177,9 @@ class Supervisor:
         self.run.log_event("stopped", sources=sorted(sources), at_agreed_point=checkpointed)
         if self.slurm_job_id is None:
             return "PREEMPTED", None
-        from . import requeue
-
-        record = requeue.job_record(self.slurm_job_id)
-        cause = requeue.classify(record, sources, self.spec.slurm.checkpoint_notice)
-        status = self.run.read_status()
-        requeues = int(status.get("requeues", 0))
-        if requeues >= self.spec.slurm.max_requeues:
-            return "FAILED", self._requeue_limit_failure(requeues, cause, int(status.get("attempts", 1)) - 1)
-        counts = {c: int(status.get(f"{c}s", 0)) for c in requeue.CAUSES}
-        counts[cause] += 1
-        self.run.update_status(requeues=requeues + 1, **{f"{c}s": n for c, n in counts.items()})
-        how = "after stopping at an agreed step" if checkpointed else "after the job was ended without a stop"
-        self.echo(f"jaxlaunch: {cause} notice ({', '.join(sorted(sources)) or 'Slurm'}); requeueing job "
-                  f"{self.slurm_job_id} {how} (requeue {requeues + 1} of at most {self.spec.slurm.max_requeues})")
-        self.requeue_cause = cause
-        return "REQUEUED", None
-
-    def _requeue_now(self) -> None:
-        from . import requeue
-
-        self.run.log_event("requeue", job_id=self.slurm_job_id, cause=getattr(self, "requeue_cause", None))
-        error = requeue.requeue(self.slurm_job_id)
-        if error is not None:
-            # Slurm may be requeueing it already (a preemption with PreemptMode=REQUEUE).
-            self.echo(f"jaxlaunch: scontrol requeue {self.slurm_job_id} failed: {error}")
-            self.run.log_event("requeue_failed", error=error)
-
-    def _requeue_limit_failure(self, requeues: int, cause: str, attempt: int) -> dict:
-        from ..runtime.checkpoints import Checkpoints
-
-        status = self.run.read_status()
-        latest = Checkpoints(self.run.path / "checkpoints").latest_step()
-        where = (f"the latest checkpoint is step {latest} in {self.run.path}/checkpoints"
-                 if latest is not None else "no checkpoint was written")
-        summary = (f"{cause} notice after {requeues} requeue(s) ({status.get('preemptions', 0)} preemption(s), "
-                   f"{status.get('timeouts', 0)} time limit(s)): slurm.max_requeues={self.spec.slurm.max_requeues} "
-                   f"is spent; {where}")
-        failure = {"state": "FAILED", "reason": "requeue_limit", "summary": summary, "attempt": attempt,
-                   "time": time.time(), "first_failure": None, "failed_ranks": [], "torn_down_ranks": [],
-                   "launcher": {"exit_code": None, "messages": []},
-                   "fix": "raise slurm.max_requeues, or a longer slurm.time, and resubmit"}
-        atomic_write_json(self.run.failure_file, failure)
-        self.run.log_event("requeue_limit", requeues=requeues, cause=cause)
-        return failure
+        state, failure, self.requeue_cause = requeue.decide(self.run, self.spec, self.slurm_job_id, sources,
+                                                            checkpointed, self.echo)
+        return state, failure
 
     @staticmethod
     def _restore_signal_handlers(previous) -> None:
@@ -278,7 +204,7 @@ class Supervisor:
     # --- one attempt -----------------------------------------------------------------------
 
     def _attempt(self, attempt: int) -> tuple[str, dict | None, str | None]:
-        self.run.control.mkdir(parents=True, exist_ok=True)
+        self.channel.prepare()
         self.run.logs.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, **self.env, ATTEMPT_ENV: str(attempt)}
         process = subprocess.Popen(self.argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -308,7 +234,7 @@ class Supervisor:
         reader.join(timeout=5)
         kill_job_processes(self.run.path)
 
-        dones = self.run.read_json_files(self.run.control, "done-rank-*.json")
+        dones = self.channel.done()
         every_rank_done = stop_reason is None and process.returncode == 0 and len(dones) == self.spec.num_processes
         if every_rank_done and all(d.get("stopped") for d in dones):
             return "PREEMPTED", None, None  # every rank stopped at the agreed point, checkpoint written
@@ -325,8 +251,6 @@ class Supervisor:
         return state, failure, stop_reason
 
     def _ended_by_preemption(self) -> bool:
-        from . import requeue
-
         if self._notice_sources():
             return True
         return requeue.preempted_by_slurm(requeue.job_record(self.slurm_job_id))
@@ -353,7 +277,7 @@ class Supervisor:
             return "cancelled", f"cancelled by {signal.Signals(self.stop_signal).name}"
         if self.deadline is not None and time.monotonic() > self.deadline:
             return "timeout", f"timed out after {self.spec.timeout} s (the spec's timeout)"
-        requests = self.run.read_json_files(self.run.control, "abort-rank-*.json")
+        requests = self.channel.abort_requests()
         if requests:
             first = min(requests, key=lambda r: r["time"])
             return first["reason"], first["message"]
@@ -363,14 +287,12 @@ class Supervisor:
         """Ask every rank for its stacks and state, wait briefly for the answers, then end the job."""
         self.echo(f"jaxlaunch: stopping the job: {detail}; collecting every rank's stacks")
         asked = time.time()
-        atomic_write_json(self.run.control / "stop.json", {"reason": reason, "detail": detail, "time": asked,
-                                                           "attempt": attempt})
+        self.channel.request_stop(StopRequest(reason, asked, detail=detail, attempt=attempt))
         deadline = time.monotonic() + ANSWER_SECONDS
         while time.monotonic() < deadline and process.poll() is None:
-            answered = {s["rank"] for s in self.run.read_json_files(self.run.logs, "rank-*.state.json")
-                        if s.get("time", 0) >= asked}
+            answered = {s["rank"] for s in self.channel.rank_states() if s.get("time", 0) >= asked}
             # A rank that has left main cannot answer: its monitor thread ended with the interpreter.
-            answered |= {d["rank"] for d in self.run.read_json_files(self.run.control, "done-rank-*.json")}
+            answered |= {d["rank"] for d in self.channel.done()}
             if len(answered) >= self.spec.num_processes:
                 break
             time.sleep(POLL_SECONDS)
@@ -395,8 +317,8 @@ class Supervisor:
         reports, every_task = ([], False) if stop_reason else root_cause.parse_launcher_messages(
             "\n".join(launcher_lines))
         rank_errors = self.run.read_json_files(self.run.logs, "rank-*.error.json")
-        finished = {d["rank"] for d in self.run.read_json_files(self.run.control, "done-rank-*.json")}
-        started = {r["rank"]: r["host"] for r in self.run.read_json_files(self.run.control, "started-rank-*.json")}
+        finished = {d["rank"] for d in self.channel.done()}
+        started = {r["rank"]: r["host"] for r in self.channel.started()}
         reason = stop_reason or "failed"
         if reason == "failed" and not reports and not rank_errors:
             detail = (f"the launcher exited with code {returncode} and no rank reported an error"
@@ -404,40 +326,19 @@ class Supervisor:
                                          "or rank 0 wrote no result")
         return root_cause.build_failure(
             state=state, reason=reason, num_processes=self.spec.num_processes, rank_errors=rank_errors,
-            abort_requests=self.run.read_json_files(self.run.control, "abort-rank-*.json"),
+            abort_requests=self.channel.abort_requests(),
             launcher_reports=reports, reports_every_task=every_task, finished_ranks=finished,
             started_ranks=started,
-            rank_states=self.run.read_json_files(self.run.logs, "rank-*.state.json") if stop_reason else [],
+            rank_states=self.channel.rank_states() if stop_reason else [],
             log_tail=self.run.rank_log_tail, launcher_exit_code=returncode, attempt=attempt, seen_at=first_seen,
             detail=detail, launcher_tail=launcher_lines)
 
 
 def supervise(spec: JobSpec, run: RunDirectory, argv: list[str], env: dict[str, str], echo=print,
-              write_output=_write_to_stderr, slurm_job_id: str | None = None, resume: bool = False) -> Outcome:
+              write_output=write_to_stderr, slurm_job_id: str | None = None, resume: bool = False) -> Outcome:
     """Run the job under supervision until it ends; see the module doc."""
     return Supervisor(spec, run, argv, env, echo, write_output, slurm_job_id, resume).supervise()
 
 
-def describe_outcome(spec: JobSpec, run: RunDirectory, outcome: Outcome, seconds: float) -> list[str]:
-    """What `jaxlaunch run` and the batch job print when the job ends."""
-    if outcome.state == "COMPLETED":
-        restarts = f" after {outcome.attempts - 1} restart(s)" if outcome.attempts > 1 else ""
-        return [f"jaxlaunch: job {spec.name} COMPLETED in {seconds:.1f} s{restarts}; result: {run.result_file}"]
-    if outcome.state == "PREEMPTED":
-        return [f"jaxlaunch: job {spec.name} PREEMPTED after {seconds:.1f} s: it checkpointed and stopped on a notice",
-                f"  continue it with: jaxlaunch run --resume {run.path}"]
-    if outcome.state == "REQUEUED":
-        return [f"jaxlaunch: job {spec.name} REQUEUED after {seconds:.1f} s; it resumes from its latest checkpoint"]
-    lines = root_cause.summary_lines(outcome.failure, run.path)
-    lines[0] = f"jaxlaunch: job {spec.name} {lines[0]}"
-    lines.append(f"  logs: {run.logs}")
-    return lines
-
-
-def result_text(run: RunDirectory, limit: int = 100_000) -> str | None:
-    """result.json as one line of JSON, for stdout; None when there is none or it is too large."""
-    try:
-        text = run.result_file.read_text()
-    except FileNotFoundError:
-        return None
-    return json.dumps(json.loads(text)) if len(text) <= limit else None
+__all__ = ["EXIT_COMPLETED", "EXIT_FAILED", "EXIT_PREEMPTED", "EXIT_TIMEOUT", "Outcome", "Supervisor",
+           "describe_outcome", "exit_code_for", "result_text", "supervise"]
