@@ -171,7 +171,7 @@ class LocalBackend(Backend):
         run = RunDirectory(path)
         if not run.spec_file.exists():
             raise UsageError(f"--resume {path}: not a run directory (no spec.json there)")
-        state = run.read_status().get("state")
+        state = run.status().state if run.status_file.exists() else None
         if state == JobState.COMPLETED:
             raise UsageError(f"--resume {path}: that run COMPLETED; there is nothing to continue")
         live = job_processes(run.path)

@@ -123,8 +123,7 @@ class Supervisor:
         attempt numbers (ctx.attempt) go on. In a requeued batch job, count requeues Slurm made
         without us (a preemption that killed the job before it could stop) and end the job if
         the limit is spent. Returns the first attempt number, or the final Outcome."""
-        status = self.run.read_status()
-        attempts = int(status.get("attempts", 0))
+        attempts = self.run.status().attempts
         if attempts:
             self._archive_attempt(attempts - 1)
         if self.slurm_job_id is not None:

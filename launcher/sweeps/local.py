@@ -46,14 +46,15 @@ def run_sweep_locally(directory: SweepDirectory, max_parallel: int, echo=print) 
                 if process.poll() is None:
                     continue
                 del running[index]
-                status = run.read_status()
-                state = status.get("state") or "FAILED"
+                status = run.status()
+                # a supervisor that died without a word (kill -9) left no final state
+                state = status.state.value if status.state.final else "FAILED"
                 finished[state] = finished.get(state, 0) + 1
                 label = ", ".join(f"{k}={v!r}" for k, v in task["values"].items())
                 echo(f"jaxlaunch: [{sum(finished.values())}/{total}] {task['folder']} ({label}): {state} "
                      f"in {time.monotonic() - started:.1f} s")
                 if state != "COMPLETED":
-                    echo(f"  {status.get('reason') or 'no reason recorded'}\n  output: {run.path / OUTPUT_LOG}")
+                    echo(f"  {status.reason or 'no reason recorded'}\n  output: {run.path / OUTPUT_LOG}")
             time.sleep(POLL_SECONDS)
     except KeyboardInterrupt:
         interrupted = True
