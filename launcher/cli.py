@@ -4,7 +4,6 @@ errors become click exceptions here and only here."""
 from __future__ import annotations
 
 import functools
-import os
 import re
 import sys
 
@@ -68,12 +67,6 @@ def sweep_options(command):
                              "cartesian product. Overrides the spec's sweep: section per key.")(command)
 
 
-def _describe_sweep(sweep) -> str:
-    lines = [f"sweep of {len(sweep.configurations)} configurations over {', '.join(sweep.keys)}:"]
-    lines += [f"  {c.index}: {c.label()}" for c in sweep.configurations]
-    return "\n".join(lines)
-
-
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="jaxlaunch")
 def main():
@@ -93,40 +86,45 @@ def run(spec, overrides, sweeps, max_parallel, run_dir, dry_run, resume_dir):
     """Run SPEC on this machine: nodes x processes_per_node processes under mpirun.
     With a sweep, every configuration, --max-parallel at a time."""
     from .backends.local import LocalBackend
-    from .sweeps.plan import Sweep, load_job_or_sweep
 
-    local, progress = LocalBackend(), (lambda m: click.echo(m, err=True))
+    local = LocalBackend()
     if resume_dir is not None:
         if spec is not None or overrides or sweeps or run_dir is not None or dry_run:
             raise click.UsageError("--resume RUN_DIR runs the spec saved in RUN_DIR: give no SPEC, --set, "
                                    "--sweep, --run-dir or --dry-run with it")
-        sys.exit(local.resume(resume_dir, echo=progress, print_result=click.echo).exit_code())
+        sys.exit(local.resume(resume_dir, echo=_progress, print_result=click.echo).exit_code())
+    job = _job_or_sweep(spec, overrides, sweeps, max_parallel)
+    if dry_run:
+        click.echo(local.preview(job, run_dir), nl=False)
+    elif _is_sweep(job):
+        directory, code = local.start_sweep(job, run_dir, max_parallel, echo=_progress)
+        _print_results_table(directory.path)
+        sys.exit(code)
+    else:
+        sys.exit(local.run_here(job, run_dir, echo=_progress, print_result=click.echo).exit_code())
+
+
+def _progress(message: str) -> None:
+    """Progress goes to stderr: stdout is for the result."""
+    click.echo(message, err=True)
+
+
+def _job_or_sweep(spec, overrides, sweeps, max_parallel):
+    """The JobSpec, or the Sweep, that SPEC with --set and --sweep describes."""
+    from .sweeps.plan import load_job_or_sweep
+
     if spec is None:
         raise click.UsageError("missing SPEC (or --resume RUN_DIR)")
     job = load_job_or_sweep(spec, overrides, sweeps)
-    if isinstance(job, Sweep):
-        if dry_run:
-            from .sweeps.directory import SweepDirectory
-
-            click.echo(_describe_sweep(job))
-            click.echo(f"sweep directory: {SweepDirectory.preview(job, run_dir).path}")
-            return
-        directory, code = local.start_sweep(job, run_dir, max_parallel, echo=progress)
-        _print_results_table(directory.path)
-        sys.exit(code)
-    if max_parallel is not None:
+    if max_parallel is not None and not _is_sweep(job):
         raise click.UsageError("--max-parallel is for sweeps (give --sweep KEY=V1,V2 or a spec with sweep:)")
-    from .launch import find_mpirun, plan_local_run
-    from .rundir import RunDirectory
+    return job
 
-    if dry_run:
-        plan = plan_local_run(job, RunDirectory.preview(job, run_dir), find_mpirun(), sys.executable,
-                              os.geteuid() == 0)
-        click.echo(plan.describe())
-        return
-    find_mpirun()  # fails with a clear message before a run directory exists
-    handle = local.run_attached(job, RunDirectory.create(job, run_dir), echo=progress, print_result=click.echo)
-    sys.exit(handle.exit_code())
+
+def _is_sweep(job) -> bool:
+    from .sweeps.plan import Sweep
+
+    return isinstance(job, Sweep)
 
 
 @main.command()
@@ -158,17 +156,11 @@ def explain(spec, overrides, target, run_dir):
 @_user_errors
 def render(spec, overrides, target, run_dir):
     """Print the batch script (or mpirun command) for SPEC, without running anything."""
-    from .launch import find_mpirun, plan_local_run
-    from .rundir import RunDirectory
-    from .slurm.submission import render_for_submission
+    from .backends import get_backend
     from .spec import load_spec
 
-    job = load_spec(spec, overrides)
-    run = RunDirectory.preview(job, run_dir)
-    if target == "slurm":
-        click.echo(render_for_submission(job, run.path), nl=False)
-    else:
-        click.echo(plan_local_run(job, run, find_mpirun(), sys.executable, os.geteuid() == 0).describe())
+    backend = get_backend("slurm" if target == "slurm" else "local")
+    click.echo(backend.preview(load_spec(spec, overrides), run_dir), nl=False)
 
 
 @main.command()
@@ -185,48 +177,29 @@ def render(spec, overrides, target, run_dir):
 def submit(spec, overrides, sweeps, max_parallel, run_dir, dry_run, wait, parsable, no_check):
     """Submit SPEC to Slurm with sbatch; a sweep as one job array."""
     from .backends.slurm import SlurmBackend
-    from .sweeps.plan import Sweep, load_job_or_sweep
 
-    job, progress = load_job_or_sweep(spec, overrides, sweeps), (lambda m: click.echo(m, err=True))
-    if isinstance(job, Sweep):
-        _submit_sweep(job, max_parallel, run_dir, dry_run, wait, parsable, no_check)
-        return
-    if max_parallel is not None:
-        raise click.UsageError("--max-parallel is for sweeps (give --sweep KEY=V1,V2 or a spec with sweep:)")
+    slurm, job = SlurmBackend(), _job_or_sweep(spec, overrides, sweeps, max_parallel)
     if dry_run:
-        from .rundir import RunDirectory
-        from .slurm.submission import render_for_submission
+        click.echo(slurm.preview(job, run_dir, max_parallel), nl=False)
+    elif _is_sweep(job):
+        _submit_sweep(slurm, job, max_parallel, run_dir, wait, parsable, no_check)
+    else:
+        handle = slurm.start(job, run_dir, check=not no_check)
+        for warning in handle.warnings:
+            _progress(f"warning: {warning}")
+        # With --wait, stdout is for the result, as with `run`; the job id goes to stderr with the progress.
+        click.echo(handle.id if parsable else f"Submitted job {handle.id}; run directory: {handle.run_dir}", err=wait)
+        if wait:
+            from .job_tables import wait_for
+            from .supervisor import result_text
 
-        click.echo(render_for_submission(job, RunDirectory.preview(job, run_dir).path), nl=False)
-        return
-    handle = SlurmBackend().start(job, run_dir, check=not no_check)
-    for warning in handle.warnings:
-        click.echo(f"warning: {warning}", err=True)
-    # With --wait, stdout is for the result, as with `run`; the job id goes to stderr with the progress.
-    click.echo(handle.id if parsable else f"Submitted job {handle.id}; run directory: {handle.run_dir}", err=wait)
-    if wait:
-        from .job_tables import wait_for
-        from .supervisor import result_text
-
-        if wait_for(handle, progress) == "COMPLETED" and result_text(handle.run) is not None:
-            click.echo(result_text(handle.run))
-        sys.exit(handle.exit_code())
+            if wait_for(handle, _progress) == "COMPLETED" and result_text(handle.run) is not None:
+                click.echo(result_text(handle.run))
+            sys.exit(handle.exit_code())
 
 
-def _submit_sweep(sweep, max_parallel, run_dir, dry_run, wait, parsable, no_check):
-    from .backends.slurm import SlurmBackend
-
-    progress = lambda m: click.echo(m, err=True)  # noqa: E731
-    if dry_run:
-        from .sweeps.array import max_array_size, render_arrays
-        from .sweeps.directory import SweepDirectory
-
-        click.echo(_describe_sweep(sweep))
-        for _, text in render_arrays(sweep, SweepDirectory.preview(sweep, run_dir), max_array_size(),
-                                     max_parallel or sweep.base.max_parallel):
-            click.echo(text, nl=False)
-        return
-    directory, ids = SlurmBackend().start_sweep(sweep, run_dir, max_parallel, echo=progress, check=not no_check)
+def _submit_sweep(slurm, sweep, max_parallel, run_dir, wait, parsable, no_check):
+    directory, ids = slurm.start_sweep(sweep, run_dir, max_parallel, echo=_progress, check=not no_check)
     if parsable:
         click.echo(",".join(ids), err=wait)
     else:
@@ -235,7 +208,7 @@ def _submit_sweep(sweep, max_parallel, run_dir, dry_run, wait, parsable, no_chec
     if wait:
         from .sweeps.status import wait_for_sweep
 
-        states = wait_for_sweep(directory, echo=progress)
+        states = wait_for_sweep(directory, echo=_progress)
         _print_results_table(directory.path)
         sys.exit(0 if all(t.state == "COMPLETED" for t in states) else 1)
 
@@ -291,7 +264,8 @@ def logs(job_id, rank, follow):
 
     job = find_job(job_id)
     if job.backend == "slurm" and not follow and not job.log_path(rank).exists():
-        raise UsageError(f"no log yet at {job.log_path(rank)}" + ("" if rank is None else f" (does rank {rank} exist?)"))
+        raise UsageError(f"no log yet at {job.log_path(rank)}"
+                         + ("" if rank is None else f" (does rank {rank} exist?)"))
     if follow:
         job.follow_logs(rank, write=lambda text: click.echo(text, nl=False))
     else:

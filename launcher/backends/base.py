@@ -150,6 +150,10 @@ class Backend(ABC):
         """Start every configuration of `sweep`; returns the sweep directory."""
 
     @abstractmethod
+    def preview(self, spec_or_sweep, run_dir=None, max_parallel: int | None = None) -> str:
+        """What starting it would do, as text (--dry-run); nothing is created or started."""
+
+    @abstractmethod
     def find(self, job_id_or_run_dir, run: RunDirectory | None = None) -> Job:
         """A handle on an earlier job of this backend."""
 

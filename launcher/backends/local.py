@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from ..errors import JobStateError, UsageError
-from ..launch import find_mpirun, plan_local_run
+from .. import launch
 from ..rundir import RunDirectory
 from ..spec import JobSpec
 from ..states import JobState
@@ -136,12 +136,28 @@ class LocalBackend(Backend):
 
     def start(self, spec: JobSpec, run_dir=None, **options) -> LocalJob:
         """Start `spec` in a background process (`python -m launcher.background RUN_DIR`)."""
-        find_mpirun()  # fails with a clear message before a run directory exists
+        launch.find_mpirun()  # fails with a clear message before a run directory exists
         run = RunDirectory.create(spec, run_dir)
         with open(run.path / OUTPUT_LOG, "ab") as output:
             process = subprocess.Popen([sys.executable, "-m", "launcher.background", str(run.path)],
                                        stdout=output, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         return LocalJob(run, process)
+
+    def preview(self, spec_or_sweep, run_dir=None, max_parallel: int | None = None) -> str:
+        """The mpirun command and environment (a sweep: its configurations and directory)."""
+        if isinstance(spec_or_sweep, JobSpec):
+            run = RunDirectory.preview(spec_or_sweep, run_dir)
+            plan = launch.plan_local_run(spec_or_sweep, run, launch.find_mpirun(), sys.executable, os.geteuid() == 0)
+            return plan.describe() + "\n"
+        from ..sweeps.directory import SweepDirectory
+
+        return (f"{spec_or_sweep.describe()}\n"
+                f"sweep directory: {SweepDirectory.preview(spec_or_sweep, run_dir).path}\n")
+
+    def run_here(self, spec: JobSpec, run_dir=None, echo=print, print_result=print) -> LocalJob:
+        """`jaxlaunch run SPEC`: a new run directory, then `run_attached`."""
+        launch.find_mpirun()  # fails with a clear message before a run directory exists
+        return self.run_attached(spec, RunDirectory.create(spec, run_dir), echo=echo, print_result=print_result)
 
     def run_attached(self, spec: JobSpec, run: RunDirectory, echo=print, print_result=print,
                      resume: bool = False) -> LocalJob:
@@ -150,7 +166,7 @@ class LocalBackend(Backend):
         `print_result`. `handle.exit_code()` is `jaxlaunch run`'s exit code."""
         from ..supervisor import describe_outcome, result_text, supervise
 
-        plan = plan_local_run(spec, run, find_mpirun(), sys.executable, os.geteuid() == 0)
+        plan = launch.plan_local_run(spec, run, launch.find_mpirun(), sys.executable, os.geteuid() == 0)
         started = time.time()
         run.update_status(backend="local", command=plan.argv, supervisor_pid=os.getpid(),
                           supervisor_start=_start_ticks(os.getpid()), supervisor_host=socket.gethostname())
@@ -187,7 +203,7 @@ class LocalBackend(Backend):
         from ..sweeps.directory import SweepDirectory
         from ..sweeps.local import run_sweep_locally
 
-        find_mpirun()
+        launch.find_mpirun()
         directory = SweepDirectory.create(sweep, run_dir, backend="local")
         return directory, run_sweep_locally(directory, max_parallel or sweep.base.max_parallel or 1, echo=echo)
 

@@ -228,6 +228,20 @@ class SlurmBackend(Backend):
         directory = SweepDirectory.create(sweep, run_dir, backend="slurm")
         return directory, submit_sweep(sweep, directory, max_parallel or sweep.base.max_parallel, echo=echo)
 
+    def preview(self, spec_or_sweep, run_dir=None, max_parallel: int | None = None) -> str:
+        """The batch script (a sweep: its configurations and every job array's script)."""
+        from ..slurm.submission import render_for_submission
+
+        if isinstance(spec_or_sweep, JobSpec):
+            return render_for_submission(spec_or_sweep, RunDirectory.preview(spec_or_sweep, run_dir).path)
+        from ..sweeps.array import max_array_size, render_arrays
+        from ..sweeps.directory import SweepDirectory
+
+        sweep = spec_or_sweep
+        arrays = render_arrays(sweep, SweepDirectory.preview(sweep, run_dir), max_array_size(),
+                               max_parallel or sweep.base.max_parallel)
+        return sweep.describe() + "\n" + "".join(text for _, text in arrays)
+
     def find(self, job_id, run: RunDirectory | None = None, whole_array: bool = False) -> SlurmJob:
         """A handle on job `job_id` (an array task: 123_4). An array's own id names a sweep: a
         UsageError says how to name one task, unless `whole_array` (to cancel them all)."""
@@ -240,7 +254,10 @@ class SlurmBackend(Backend):
                 raise UsageError(f"job {job_id} is the job array of the sweep in {entry['sweep_dir']}.\n"
                                  f"  fix: name one task as {job_id}_N, or see them all with "
                                  f"`jaxlaunch status {job_id} -v`.")
-            run = RunDirectory(entry["run_dir"]) if entry is not None else self._run_dir_from_slurm([job_id]).get(job_id)
+            if entry is not None:
+                run = RunDirectory(entry["run_dir"])
+            else:
+                run = self._run_dir_from_slurm([job_id]).get(job_id)
         return SlurmJob(job_id, run, self.watcher)
 
     def find_many(self, job_ids: list[str]) -> list[SlurmJob]:

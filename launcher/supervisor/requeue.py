@@ -107,7 +107,8 @@ def decide(run: RunDirectory, spec: JobSpec, job_id: str, sources: set[str], che
     cause = classify(job_record(job_id), sources, spec.slurm.checkpoint_notice)
     status = run.status()
     if status.requeues >= spec.slurm.max_requeues:
-        return JobState.FAILED.value, limit_failure(run, spec, status.requeues, cause, (status.attempts or 1) - 1), cause
+        failure = limit_failure(run, spec, status.requeues, cause, (status.attempts or 1) - 1)
+        return JobState.FAILED.value, failure, cause
     counts = {"preemption": status.preemptions, "timeout": status.timeouts}
     counts[cause] += 1
     run.update_status(requeues=status.requeues + 1, preemptions=counts["preemption"], timeouts=counts["timeout"])

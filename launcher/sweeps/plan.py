@@ -53,6 +53,12 @@ class Sweep:
     def name(self) -> str:
         return self.base.name
 
+    def describe(self) -> str:
+        """The configurations, one line each (what --dry-run shows)."""
+        lines = [f"sweep of {len(self.configurations)} configurations over {', '.join(self.keys)}:"]
+        lines += [f"  {c.index}: {c.label()}" for c in self.configurations]
+        return "\n".join(lines)
+
 
 def _split_top_level(text: str) -> list[str]:
     """'a,[1,2],"x,y"' -> ['a', '[1,2]', '"x,y"']: commas inside brackets or quotes stay."""
