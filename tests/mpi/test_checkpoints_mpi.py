@@ -6,8 +6,6 @@ Each rank gathers its outcome before asserting, so a failing rank does not leave
 
 import errno
 import os
-import shutil
-import tempfile
 
 import jax
 import jax.numpy as jnp
@@ -17,24 +15,6 @@ import pytest
 from launcher.runtime.checkpoints import CheckpointError, Checkpoints
 
 pytestmark = pytest.mark.mpi
-
-
-@pytest.fixture
-def comm():
-    from mpi4py import MPI
-
-    return MPI.COMM_WORLD
-
-
-@pytest.fixture
-def shared_dir(comm):
-    """One folder for every rank (they share this machine's filesystem, as a cluster's); removed after."""
-    path = tempfile.mkdtemp(prefix="jaxlaunch-ckpt-mpi-") if comm.Get_rank() == 0 else None
-    path = comm.bcast(path, root=0)
-    yield path
-    comm.barrier()
-    if comm.Get_rank() == 0:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 def outcome_of(call):

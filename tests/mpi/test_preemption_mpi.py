@@ -1,7 +1,6 @@
 """should_stop() and checkpoints across ranks. Written for any MPI size: run as
 `pytest --with-mpi tests/mpi` and `mpirun -n 2 python -m pytest --with-mpi tests/mpi`."""
 
-import tempfile
 
 import jax
 import jax.numpy as jnp
@@ -12,20 +11,6 @@ from launcher.runtime import preemption
 from launcher.runtime.checkpoints import CheckpointError, Checkpoints
 
 pytestmark = pytest.mark.mpi
-
-
-@pytest.fixture
-def comm():
-    from mpi4py import MPI
-
-    return MPI.COMM_WORLD
-
-
-@pytest.fixture
-def shared_dir(comm):
-    """One folder for every rank (they share this machine's filesystem, as a cluster's)."""
-    path = tempfile.mkdtemp(prefix="jaxlaunch-ckpt-") if comm.Get_rank() == 0 else None
-    return comm.bcast(path, root=0)
 
 
 @pytest.fixture
