@@ -153,6 +153,20 @@ def test_wait_backs_off_instead_of_polling_every_half_second(monkeypatch):
     assert watcher.interval == 1.0
 
 
+def test_a_job_whose_supervisor_wrote_its_end_costs_no_scheduler_call(monkeypatch, tmp_path):
+    """The supervisor knows why the job ended (its own timeout: TIMEOUT, exit 124) better than
+    Slurm (FAILED, for the batch script's exit code 124), and asking Slurm again is not needed."""
+    fake = CountingScheduler(monkeypatch, {"41": "FAILED"})
+    run = RunDirectory(tmp_path)
+    run.update_status(state=JobState.TIMEOUT, backend="slurm", job_id="41", exit_code=124)
+    job = SlurmJob("41", run, SlurmWatcher())
+    assert job.state() == JobState.TIMEOUT and job.done() and job.exit_code() == 124
+    assert fake.calls == []
+    run.update_status(state=JobState.RUNNING)  # still running by its own account: Slurm is asked
+    assert job.state() == JobState.FAILED and len(fake.calls) == 1
+    assert run.status().state == JobState.FAILED and run.status().slurm_state == "FAILED"  # and recorded
+
+
 @pytest.mark.parametrize("slurm_state, code", [("COMPLETED", 0), ("FAILED", 1), ("TIMEOUT", 124),
                                                ("CANCELLED", 143), ("PREEMPTED", 75), ("OUT_OF_MEMORY", 1)])
 def test_submit_wait_exits_with_the_same_code_as_run(slurm_state, code, write_spec, tmp_path, monkeypatch):
