@@ -75,3 +75,26 @@ def slurm_cluster(tmp_path_factory):
 def slurm_env(slurm_cluster, tmp_path):
     """Environment for jaxlaunch commands against the test cluster, with a private job index."""
     return slurm_cluster.make_env(JAXLAUNCH_HOME=str(tmp_path / "home"))
+
+
+# --- for tests/mpi (any MPI size) ---
+
+@pytest.fixture
+def comm():
+    from mpi4py import MPI
+
+    return MPI.COMM_WORLD
+
+
+@pytest.fixture
+def shared_dir(comm):
+    """One folder for every rank (they share this machine's filesystem, as a cluster's); removed
+    after, once every rank is done with it."""
+    import tempfile
+
+    path = tempfile.mkdtemp(prefix="jaxlaunch-mpi-") if comm.Get_rank() == 0 else None
+    path = comm.bcast(path, root=0)
+    yield path
+    comm.barrier()
+    if comm.Get_rank() == 0:
+        shutil.rmtree(path, ignore_errors=True)
