@@ -444,6 +444,7 @@ def broadcast(tree, root: int = 0):
         TRACKER.leave()
         for i, value in zip(indices, _split(buffer, [np.shape(leaves[i]) for i in indices])):
             results[i] = _restore_host(value.astype(_dtype_of(leaves[i])), leaves[i], kinds[i])
+    TRACKER.done(seq)  # an empty tree sends nothing, and must not stay pending
     return jax.tree_util.tree_unflatten(treedef, results)
 
 
@@ -477,6 +478,7 @@ def allgather(tree):
                 if shape:
                     value = value.reshape((-1,) + tuple(shape[1:]))
                 results[i] = value.astype(_dtype_of(leaves[i]))
+    TRACKER.done(seq)  # an empty tree sends nothing, and must not stay pending
     return jax.tree_util.tree_unflatten(treedef, results)
 
 

@@ -191,6 +191,42 @@ class TestCollectiveTracker:
         tracker.observe()
         assert tracker.oldest_waiting() is None and tracker.completed() == 2
 
+    def test_the_first_collective_is_pending_while_its_dispatch_blocks(self):
+        """Its first call compiles, and on the CPU it runs inline: no output exists yet."""
+        from launcher.runtime.monitor import CollectiveTracker
+
+        tracker = CollectiveTracker()
+        tracker.start("allreduce")
+        for _ in range(3):  # monitor polls while the main thread is still inside the call
+            tracker.observe()
+        assert tracker.oldest_waiting()[:2] == (1, "allreduce")
+
+    def test_a_collective_in_its_dispatch_is_pending_though_the_one_before_finished(self):
+        from launcher.runtime.monitor import CollectiveTracker
+
+        tracker = CollectiveTracker()
+        tracker.dispatched(tracker.start("allreduce"), "allreduce", self.Output(ready=True))
+        tracker.observe()
+        tracker.start("allreduce")  # the next one: started, not yet dispatched
+        for _ in range(3):
+            tracker.observe()
+        assert tracker.oldest_waiting()[:2] == (2, "allreduce")
+        assert tracker.completed() == 1
+
+    def test_a_blocking_call_after_an_unfinished_asynchronous_one_waits_for_it(self):
+        from launcher.runtime.monitor import CollectiveTracker
+
+        tracker = CollectiveTracker()
+        first = self.Output()
+        tracker.dispatched(tracker.start("allreduce"), "allreduce", first)
+        seq = tracker.start("barrier")
+        tracker.enter(seq, "barrier")
+        tracker.leave()
+        assert tracker.oldest_waiting()[:2] == (1, "allreduce")
+        first.ready = True
+        tracker.observe()
+        assert tracker.oldest_waiting() is None and tracker.completed() == 2
+
     def test_blocking_call_is_pending_between_enter_and_leave(self):
         from launcher.runtime.monitor import CollectiveTracker
 

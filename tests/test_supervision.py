@@ -198,3 +198,20 @@ def test_restarts_run_out(tmp_path):
     status = json.loads((run_dir / "status.json").read_text())
     assert status["state"] == "FAILED" and status["attempts"] == 2
     assert json.loads((run_dir / "failure.json").read_text())["attempt"] == 1
+
+
+@pytest.mark.parametrize("case", ["device", "host", "in_flight"])
+def test_the_watchdog_names_a_rank_that_never_reaches_the_first_collective(tmp_path, case):
+    """The commonest hang: a rank stalls in start-up while the others wait in the job's FIRST
+    collective (no completed collective before it to lean on)."""
+    run_dir = tmp_path / "run"
+    started = time.monotonic()
+    result = jaxlaunch("run", SPEC, "--run-dir", run_dir, "--set", "entrypoint=misbehave.py:hang_before_the_first_collective",
+                       "--set", f"params.case={case}", "--set", "collective_timeout=3", timeout=90)
+    assert result.returncode == 124, result.stdout + result.stderr
+    assert time.monotonic() - started < 30  # not the job's 2-minute timeout
+    failure = json.loads((run_dir / "failure.json").read_text())
+    assert failure["reason"] == "collective_timeout", failure
+    assert failure["hang"]["collective"]["name"] == "allreduce" and failure["hang"]["collective"]["seq"] == 1
+    assert failure["hang"]["never_arrived"] == [1]
+    assert failure["hang"]["collective"]["seconds"] < 3 + 1.5  # named within collective_timeout + ~1 s

@@ -10,11 +10,14 @@ import time
 class CollectiveTracker:
     """Which launcher collectives this rank has started, and which it still waits for.
 
-    The hot path only counts: `start` bumps a counter and notes the name, `dispatched` keeps the
-    output of the latest asynchronous (mpi4jax) call. Completion is worked out by the monitor
-    thread alone: at each poll it keeps (count, latest output) as a snapshot, and once that output
-    is ready every collective up to the snapshot's count has finished (a device runs its
-    computations in order). Blocking calls (mpi4py) are pending between enter() and leave().
+    A collective is pending from start() until its output is known to be ready. The hot path
+    only records: `start` bumps a counter and notes the name; `dispatched` keeps (seq, output) of
+    the latest asynchronous (mpi4jax) call; a blocking call (mpi4py) is pending between enter()
+    and leave(), and leave() marks its seq as handed over. Completion is worked out by the monitor
+    thread alone: it keeps one (seq, output) snapshot, and once that output is ready every
+    collective up to that seq has finished (a device runs its computations in order). A
+    collective whose dispatch is still going on (its first call compiles; on the CPU it runs
+    inline) has no output yet, so it stays pending; so does one still in flight when main returns.
     Every public collective counts once, so the sequence numbers agree across ranks.
     """
 
@@ -23,11 +26,11 @@ class CollectiveTracker:
     def __init__(self):
         self.count = 0
         self.names = [""] * self.NAMES
-        self.latest = None    # output of the latest asynchronous collective
+        self.latest = None    # (seq, output) of the latest collective handed over; one store, so never torn
         self.blocking = None  # (seq, name, started) while inside a blocking MPI call
         # the monitor thread's own state
         self.confirmed = 0    # every collective up to this one has finished
-        self._snapshot = None  # (count, output) taken at an earlier poll
+        self._snapshot = None  # (seq, output) taken at an earlier poll
         self._oldest = None   # (seq, first seen) of the oldest collective not known to be finished
 
     def start(self, name: str) -> int:
@@ -36,31 +39,41 @@ class CollectiveTracker:
         return self.count
 
     def dispatched(self, seq: int, name: str, handle) -> None:
-        self.latest = handle
+        self.latest = (seq, handle)
 
     def enter(self, seq: int, name: str) -> None:
         self.blocking = (seq, name, time.monotonic())
 
     def leave(self) -> None:
-        self.blocking = None
+        blocking, self.blocking = self.blocking, None
+        if blocking is not None:
+            self.done(blocking[0])
+
+    def done(self, seq: int) -> None:
+        """`seq` has nothing more to wait for on this side. It finishes with the asynchronous
+        output before it (device work runs in order), so that output stays the one to watch."""
+        latest = self.latest
+        if latest is None or latest[0] < seq:
+            self.latest = (seq, None if latest is None else latest[1])
 
     def name_of(self, seq: int) -> str:
         return self.names[seq % self.NAMES] if self.count - seq < self.NAMES else "collective"
 
     def observe(self) -> None:
         """Advance what is known to have finished (monitor thread only)."""
+        latest = self.latest
+        if self._snapshot is None and latest is not None and latest[0] > self.confirmed:
+            self._snapshot = latest  # kept until ready, so a fast stream of collectives still confirms
         if self._snapshot is not None:
-            count, output = self._snapshot
+            seq, output = self._snapshot
             try:
                 ready = output is None or output.is_ready()
             except Exception:  # noqa: BLE001  (a deleted buffer has finished too)
                 ready = True
             if ready:
-                self.confirmed = max(self.confirmed, count)
+                self.confirmed = max(self.confirmed, seq)
                 self._snapshot = None
-        count, latest = self.count, self.latest
-        if self._snapshot is None and count > self.confirmed:
-            self._snapshot = (count, latest)
+        count = self.count
         if self._oldest is not None and self._oldest[0] <= self.confirmed:
             self._oldest = None
         if self._oldest is None and count > self.confirmed:

@@ -84,3 +84,23 @@ def fail_after_result(ctx):
         time.sleep(1.0)
         raise RuntimeError("rank 1 fails after rank 0 returned")
     return {"rank": 0}
+
+
+def hang_before_the_first_collective(ctx):
+    """Rank `params.rank` stalls before the job's FIRST collective (a rank stuck in start-up, the
+    commonest real hang) while the others wait in it. params.case says how they wait:
+    `device`: allreduce of a jax array (mpi4jax; on the CPU its dispatch blocks until done);
+    `host`: allreduce of a NumPy array (a blocking MPI call);
+    `in_flight`: allreduce of a jax array whose result is never used: main returns at once and the
+    collective is still in flight while the rank waits for it to finish before exiting."""
+    import jax.numpy as jnp
+
+    if ctx.rank == int(ctx.params.get("rank", 1)):
+        stuck_outside_collectives(float(ctx.params.get("seconds", 600)))
+        return None
+    case = ctx.params["case"]
+    value = np.ones(4, np.float32) if case == "host" else jnp.ones(4, jnp.float32)
+    total = launcher.allreduce(value)
+    if case == "in_flight":
+        return {"returned": True}
+    return {"total": np.asarray(total).tolist()}
