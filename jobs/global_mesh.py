@@ -8,6 +8,8 @@ is involved. The result must equal plain NumPy backprop on one machine (jobs/sha
 `init` and the global batch), which rank 0 checks before returning.
 """
 
+import time
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -62,6 +64,8 @@ def main(ctx: launcher.JobContext):
     features, hidden, outputs, examples = (int(ctx.params.get(k, d)) for k, d in
                                            (("features", 16), ("hidden", 32), ("outputs", 4), ("examples", 128)))
     steps, lr = int(ctx.params.get("steps", 20)), float(ctx.params.get("learning_rate", 0.2))
+    checkpoint_every = int(ctx.params.get("checkpoint_every", 10))
+    step_seconds = float(ctx.params.get("step_seconds", 0.0))  # slows the job down, for preemption demos
     mesh = Mesh(np.array(jax.devices()), (AXIS,))  # every device of every process
     if hidden % mesh.size:
         raise ValueError(f"params.hidden={hidden} must split evenly over the {mesh.size} devices of the global mesh")
@@ -75,11 +79,24 @@ def main(ctx: launcher.JobContext):
 
     grad_step = jax.jit(jax.value_and_grad(loss_fn))
     update = jax.jit(lambda p, g: jax.tree_util.tree_map(lambda a, b: a - lr * b, p, g), out_shardings=shardings)
-    losses = []
-    for _ in range(steps):
+    # Preemption-safe: the sharded weights are checkpointed as they lie, each process writing the
+    # shards it owns, and restored onto this run's mesh (which may differ from the saving run's).
+    first_step, losses = 0, []
+    restored = ctx.checkpoints.restore(like={"params": params, "losses": np.zeros(0)})
+    if restored is not None:
+        first_step, state = restored
+        params, losses = state["params"], [float(v) for v in state["losses"]]
+    for step in range(first_step, steps):
+        if ctx.should_stop():                   # a preemption notice reached some rank: all stop here
+            ctx.checkpoints.save(step, {"params": params, "losses": np.array(losses)})
+            return None
         loss, grads = grad_step(params, x, y)   # XLA's own collectives across the hosts
         losses.append(float(loss))              # replicated: every process holds the global loss
         params = update(params, grads)
+        if step_seconds:
+            time.sleep(step_seconds)
+        if checkpoint_every and (step + 1) % checkpoint_every == 0:
+            ctx.checkpoints.save(step + 1, {"params": params, "losses": np.array(losses)})  # in the background
     local_shard = params["w1"].addressable_shards[0].data.shape
     final = {k: np.asarray(multihost_utils.process_allgather(v, tiled=True)) for k, v in params.items()}
 
@@ -90,4 +107,5 @@ def main(ctx: launcher.JobContext):
     ctx.logger.info("global mesh of %d devices over %d processes; loss %.5f -> %.5f; matches NumPy",
                     mesh.size, jax.process_count(), losses[0], losses[-1])
     return {"losses": losses, "w1": final["w1"], "w2": final["w2"], "global_devices": mesh.size,
-            "processes": jax.process_count(), "w1_shard_shape": list(local_shard), "matches_numpy": True}
+            "processes": jax.process_count(), "w1_shard_shape": list(local_shard), "matches_numpy": True,
+            "attempt": ctx.attempt}

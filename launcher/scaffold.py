@@ -87,6 +87,7 @@ params:
   checkpoint_every: 20
   seed: 0
 # keep_checkpoints: 2
+# async_checkpoints: true        # saves return once the state is in host memory; false: block until on disk
 # slurm: {partition: gpu, time: 1h, gpus_per_node: 4, max_requeues: 3, checkpoint_notice: 90}
 """
 

@@ -226,3 +226,20 @@ def test_a_file_the_job_never_closed_is_still_written(tmp_path):
     assert result.returncode == 0, result.stderr
     for rank in range(2):
         assert (tmp_path / "run" / f"note-{rank}.txt").read_text() == "written, never closed"
+
+
+def test_checkpoint_benchmark_job_runs_every_writer_and_restores(tmp_path):
+    """A small size only (the figures come from the full run the README quotes): every writer
+    that is installed gets a row, both restores of ours are timed, the plot is written."""
+    result = jaxlaunch("run", JOBS / "bench_checkpoint.yaml", "--run-dir", tmp_path / "run",
+                       "--set", "params.sizes_mib=[8]", "--set", "params.repeats=1")
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads((tmp_path / "run" / "bench.json").read_text())
+    [size] = report["sizes"]
+    rows = {row["writer"]: row for row in size["rows"]}
+    assert {"raw np.save + fsync", "ours, async", "ours, blocking=True", "old engine (v1, sync)"} <= set(rows)
+    ours = rows["ours, async"]
+    assert 0 < ours["blocking_s"] <= ours["total_s"]
+    assert ours["restore_s"] > 0 and ours["restore_resharded_s"] > 0
+    assert (tmp_path / "run" / "bench_checkpoint.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+    assert "| 8 MiB | ours, async |" in result.stdout + result.stderr

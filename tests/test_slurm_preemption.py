@@ -14,9 +14,10 @@ import json
 import subprocess
 import time
 
+import numpy as np
 import pytest
 
-from conftest import jaxlaunch
+from conftest import JOBS, jaxlaunch
 from preemption_helpers import (TRAIN, TRAIN_SETTINGS, assert_same_training, events, load_result,
                                 reference_result, wait_for_checkpoint)
 
@@ -168,3 +169,35 @@ def test_spent_requeues_end_the_job_failed_with_the_reason(slurm_env, tmp_path):
     status = jaxlaunch("status", job_id, env=slurm_env).stdout
     assert f"job {job_id} FAILED: " in status and "slurm.max_requeues=1 is spent" in status
     assert not (run_dir / "result.json").exists()
+
+
+GLOBAL_MESH = JOBS / "global_mesh.yaml"
+GLOBAL_SETTINGS = ["--set", "params.steps=60", "--set", "params.checkpoint_every=15"]
+
+
+def test_a_global_mesh_job_checkpoints_its_sharded_weights_and_resumes_bit_identical(slurm_env, tmp_path):
+    """jobs/global_mesh.py: weights split over the 4 devices of 2 processes (jax.distributed), so
+    each process saves only the shards it owns. A time-limit notice stops it at an agreed step;
+    the requeued job restores the shards onto its mesh and ends with the same bits as a run that
+    was never stopped."""
+    reference = jaxlaunch("run", GLOBAL_MESH, *GLOBAL_SETTINGS, "--run-dir", tmp_path / "reference", timeout=240)
+    assert reference.returncode == 0, reference.stderr
+    run_dir = tmp_path / "run"
+    result = jaxlaunch("submit", GLOBAL_MESH, *GLOBAL_SETTINGS, "--set", "params.step_seconds=0.1",
+                       "--parsable", "--run-dir", run_dir, env=slurm_env, timeout=60)
+    assert result.returncode == 0, result.stderr
+    job_id = result.stdout.strip()
+    wait_for_checkpoint(run_dir, 15)
+    step = json.loads(next((run_dir / "checkpoints").glob("step-*/manifest.json")).read_text())
+    files = {piece["file"] for leaf in step["leaves"] for piece in leaf["pieces"]}
+    assert files == {"process-00000.data", "process-00001.data"}  # each process wrote its own shards
+    scancel(slurm_env, "--batch", "--signal=USR2", job_id)
+    assert wait_for_end(slurm_env, job_id) == "COMPLETED"
+    resumed, uninterrupted = load_result(run_dir), load_result(tmp_path / "reference")
+    assert resumed["attempt"] == 1 and resumed["matches_numpy"]
+    assert resumed["losses"] == uninterrupted["losses"]
+    for name in ("w1", "w2"):
+        assert np.array_equal(resumed[name], uninterrupted[name]), name
+    restored = next(e for e in events(run_dir) if e["event"] == "restored")
+    assert restored["step"] >= 15
+    assert requeue_record(run_dir)["requeues"] == 1

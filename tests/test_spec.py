@@ -53,7 +53,7 @@ def test_misspelled_key_names_file_line_key_and_valid_keys(write_spec):
     message = error_of(write_spec, path.read_text())
     assert message == (
         f"{path}:3: nodez: unknown key.\n"
-        "  valid keys: collective_timeout, devices_per_process, entrypoint, env, jax_distributed, keep_checkpoints, max_parallel, "
+        "  valid keys: async_checkpoints, collective_timeout, devices_per_process, entrypoint, env, jax_distributed, keep_checkpoints, max_parallel, "
         "max_restarts, name, nodes, params, platform, processes_per_node, run_dir, setup, slurm, sweep, sweep_limit, "
         "timeout\n"
         "  fix: did you mean 'nodes'? rename or remove the key.")
@@ -278,6 +278,7 @@ def test_every_default():
         "name": "x", "entrypoint": "m:f", "params": {}, "nodes": 1, "processes_per_node": 1,
         "devices_per_process": 1, "platform": "cpu", "jax_distributed": False, "env": {}, "setup": [],
         "run_dir": None, "timeout": None, "collective_timeout": None, "max_restarts": 0, "keep_checkpoints": 2,
+        "async_checkpoints": True,
         "max_parallel": None, "sweep_limit": 1000,
         "slurm": {"partition": None, "time": None, "account": None, "qos": None, "gpus_per_node": None,
                   "gres": None, "cpus_per_task": None, "launch": "mpirun", "srun_mpi": "pmix", "max_requeues": 3,

@@ -162,7 +162,8 @@ def main() -> None:
                          mesh=mesh, run_dir=run.path,
                          params=dict(spec.params), attempt=int(os.environ.get(ATTEMPT_ENV, "0")),
                          checkpoints=Checkpoints(run.path / "checkpoints", keep=spec.keep_checkpoints, rank=rank,
-                                                 comm=comm.Clone(), devices=devices, mesh=mesh))
+                                                 comm=comm.Clone(), devices=devices, mesh=mesh,
+                                                 asynchronous=spec.async_checkpoints))
         function = load_entrypoint(spec.entrypoint)
         started = time.perf_counter()
         try:
@@ -174,6 +175,7 @@ def main() -> None:
         # Let asynchronously dispatched mpi4jax calls finish before exit (mpi4jax issue #22).
         collectives = sys.modules.get("launcher.collectives")
         collectives.wait_pending() if collectives else jax.effects_barrier()
+        ctx.checkpoints.wait()  # a save still being written: on disk (or its error raised) before the end
         monitor.stop()
         write_done(run, rank)
         if NOTICE.agreed is not None:

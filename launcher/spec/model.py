@@ -163,6 +163,9 @@ class JobSpec(Record):
         Integer(minimum=0), "restarts of the whole job after a failure (ctx.attempt tells the job which attempt)", 0)
     keep_checkpoints: int = field(
         COUNT, "how many of the newest checkpoints ctx.checkpoints keeps in RUN_DIR/checkpoints", 2)
+    async_checkpoints: bool = field(
+        Boolean(), "ctx.checkpoints.save returns once the state is in host memory and writes it in the "
+                   "background; false: every save blocks until it is on disk", True)
     max_parallel: int | None = field(
         Optional(COUNT), "sweeps: configurations running at once (Slurm --array %M; locally default 1); "
                          "--max-parallel overrides it", None)

@@ -1,10 +1,12 @@
-"""ctx.checkpoints across ranks: who writes, one file per rank with per_rank=True, an error on any
-rank (save or restore) raises on every rank, the same step saved twice (as jobs/train_data_parallel.py
-does) and a save stopped between its two renames. Written for any MPI size: run as
+"""ctx.checkpoints across real MPI ranks: replicated state written once and spread over the ranks,
+one data file per rank, per_rank=True, an error on any rank (bad input, a background write, a
+restore) raised on every rank, the same step saved twice (as jobs/train_data_parallel.py does) and
+a save stopped between its two renames. Written for any MPI size: run as
 `pytest --with-mpi tests/mpi` and `mpirun -n 2 python -m pytest --with-mpi tests/mpi`.
 Each rank gathers its outcome before asserting, so a failing rank does not leave the others hanging."""
 
 import errno
+import json
 import os
 
 import jax
@@ -12,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from launcher.runtime.checkpoints import CheckpointError, Checkpoints
+from launcher.runtime.checkpoints import CheckpointError, Checkpoints, storage
 
 pytestmark = pytest.mark.mpi
 
@@ -25,32 +27,34 @@ def outcome_of(call):
         return f"CheckpointError: {exc}"
 
 
-def test_a_replicated_save_calls_the_writer_on_rank_0_only(comm, shared_dir, monkeypatch):
-    rank = comm.Get_rank()
-    writes = []
-    write_arrays = Checkpoints._write_arrays
-
-    def recording(self, folder, state, per_rank):
-        writes.append(per_rank)
-        return write_arrays(self, folder, state, per_rank)
-
-    monkeypatch.setattr(Checkpoints, "_write_arrays", recording)
+def test_a_replicated_save_is_spread_over_every_rank_and_restored_everywhere(comm, shared_dir):
+    rank, size = comm.Get_rank(), comm.Get_size()
+    state = {"big": np.arange(1 << 19, dtype=np.float32), "n": 7}  # the same in every process
     checkpoints = Checkpoints(shared_dir, rank=rank, comm=comm)
-    checkpoints.save(1, {"x": np.full(2, float(rank))})  # replicated: rank 0's copy is the one kept
-    checkpoints.save(2, {"x": np.full(2, float(rank))}, per_rank=True)
-    restored = checkpoints.restore()
-    assert comm.allgather(writes) == [[False, True]] + [[True]] * (comm.Get_size() - 1)
-    assert restored[0] == 2 and np.array_equal(restored[1]["x"], np.full(2, float(rank)))
+    checkpoints.save(1, state)
+    assert comm.allgather(checkpoints.wait()) == [checkpoints.directory / "step-00000001"] * size
+    step, restored = checkpoints.restore()
+    assert step == 1 and np.array_equal(restored["big"], state["big"]) and restored["n"] == 7
     folder = checkpoints.directory / "step-00000001"
-    _, replicated = checkpoints.load(folder)
-    assert np.array_equal(replicated["x"], np.zeros(2))  # on every rank
-    assert sorted(p.name for p in folder.iterdir()) == ["arrays.npz", "manifest.json"]
+    manifest = json.loads((folder / "manifest.json").read_text())
+    big = next(leaf for leaf in manifest["leaves"] if leaf["path"] == "['big']")
+    assert sorted(piece["file"] for piece in big["pieces"]) == [storage.data_file_name(r) for r in range(size)]
 
 
-def test_a_failed_per_rank_write_on_the_last_rank_raises_on_every_rank_and_saves_nothing(comm, shared_dir):
+def test_per_rank_state_gives_each_rank_its_own(comm, shared_dir):
+    rank = comm.Get_rank()
+    checkpoints = Checkpoints(shared_dir, rank=rank, comm=comm)
+    checkpoints.save(2, {"x": np.full(2 + rank, float(rank))}, per_rank=True)
+    step, restored = checkpoints.restore()
+    comm.barrier()
+    assert step == 2 and np.array_equal(restored["x"], np.full(2 + rank, float(rank)))
+
+
+def test_bad_input_on_the_last_rank_raises_at_save_on_every_rank_and_saves_nothing(comm, shared_dir):
     rank, last = comm.Get_rank(), comm.Get_size() - 1
     checkpoints = Checkpoints(shared_dir, rank=rank, comm=comm)
     checkpoints.save(1, {"x": np.zeros(1)}, per_rank=True)
+    checkpoints.wait()
     state = {"x": np.array([object()]) if rank == last else np.zeros(1)}
     outcomes = comm.allgather(outcome_of(lambda: checkpoints.save(2, state, per_rank=True)))
     for outcome in outcomes:
@@ -60,18 +64,35 @@ def test_a_failed_per_rank_write_on_the_last_rank_raises_on_every_rank_and_saves
     assert sorted(p.name for p in checkpoints.directory.iterdir()) == ["step-00000001"]  # no temp folder left
 
 
+def test_a_background_write_failing_on_the_last_rank_raises_on_every_rank(comm, shared_dir, monkeypatch):
+    rank, last = comm.Get_rank(), comm.Get_size() - 1
+    write = storage.write_data_file
+
+    def failing_on_the_last_rank(path, arrays):
+        if rank == last:
+            raise OSError(errno.ENOSPC, "injected: no space left on device", str(path))
+        return write(path, arrays)
+
+    monkeypatch.setattr(storage, "write_data_file", failing_on_the_last_rank)
+    checkpoints = Checkpoints(shared_dir, rank=rank, comm=comm)
+    checkpoints.save(1, {"big": np.ones(1 << 19, np.float32)})  # returns; the write fails behind it
+    outcomes = comm.allgather(outcome_of(checkpoints.wait))
+    assert len(set(outcomes)) == 1, outcomes  # the same verdict everywhere
+    assert f"not saved: rank {last}: OSError" in outcomes[0] and "no space left" in outcomes[0]
+    comm.barrier()
+    assert list(checkpoints.directory.iterdir()) == []
+
+
 def test_a_restore_that_fails_on_the_last_rank_raises_on_every_rank(comm, shared_dir):
     rank, last = comm.Get_rank(), comm.Get_size() - 1
     checkpoints = Checkpoints(shared_dir, rank=rank, comm=comm)
     checkpoints.save(4, {"mine": np.full(2, rank)}, per_rank=True)
-    comm.barrier()
-    if rank == 0:
-        (checkpoints.directory / "step-00000004" / f"arrays-rank-{last}.npz").write_bytes(b"not an npz")
-    comm.barrier()
-    outcomes = comm.allgather(outcome_of(checkpoints.restore))
+    checkpoints.wait()
+    like = {"mine": np.zeros(2), "extra": 0} if rank == last else None  # a like= that does not fit
+    outcomes = comm.allgather(outcome_of(lambda: checkpoints.restore(like=like)))
     for outcome in outcomes:
         assert isinstance(outcome, str) and "cannot restore" in outcome, outcome
-        assert f"rank {last}:" in outcome and f"arrays-rank-{last}.npz" in outcome, outcome
+        assert f"rank {last}:" in outcome and "like= does not match" in outcome, outcome
 
 
 def test_the_same_step_saved_twice_then_restored_like_the_initial_state(comm, shared_dir):
@@ -97,16 +118,18 @@ def test_a_save_stopped_between_its_two_renames_raises_everywhere_and_keeps_the_
     rank = comm.Get_rank()
     checkpoints = Checkpoints(shared_dir, rank=rank, comm=comm)
     checkpoints.save(3, {"x": np.full(2, 3.0)})
+    checkpoints.wait()
     with monkeypatch.context() as patch:
         rename = os.rename
 
-        def rename_or_fail(src, dst):  # only rank 0 renames
+        def rename_or_fail(src, dst):  # only rank 0 renames, in its writer thread
             if os.path.basename(src).startswith(".tmp-"):
                 raise OSError(errno.EIO, "injected: the disk went away", str(src))
             rename(src, dst)
 
         patch.setattr(os, "rename", rename_or_fail)
-        outcomes = comm.allgather(outcome_of(lambda: checkpoints.save(3, {"x": np.full(2, 33.0)})))
+        checkpoints.save(3, {"x": np.full(2, 33.0)})
+        outcomes = comm.allgather(outcome_of(checkpoints.wait))
     for outcome in outcomes:
         assert isinstance(outcome, str) and "not saved: rank 0: OSError" in outcome, outcome
     step, state = Checkpoints(shared_dir, rank=rank, comm=comm).restore()  # the old copy, on every rank
