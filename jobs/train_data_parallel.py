@@ -104,7 +104,7 @@ def main(ctx: launcher.JobContext):
     if restored is not None:
         start, state = restored
         ctx.logger.info("resumed from the checkpoint of step %d (attempt %d)", start, ctx.attempt)
-    stacked_params, losses = state["params"], list(state["losses"])
+    stacked_params, losses = state["params"], state["losses"].tolist()  # Python floats, as float() gives below
     xs, ys = to_devices(x), to_devices(y)
 
     for step in range(start, steps):

@@ -8,7 +8,9 @@ place for some Python values, so they travel as one-key (or two-key) marker obje
     {"__tuple__": [...]}                            a tuple (a list stays a list)
     {"__bytes__": "<base64>"}                       bytes
     {"__int__": "<hex>"}                            an int too long for JSON readers (over 4000 digits)
-    {"__scalar__": "float32", "value": ...}         a NumPy scalar (or 0-d array) of that dtype
+    {"__scalar__": "float32", "value": ...}         a NumPy scalar (or 0-d array) of that dtype; not
+                                                    float64, int64 and bool: those are plain JSON
+                                                    (PLAIN_SCALARS), as Python's own float/int/bool
     {"__ndarray__": "a0", "shape", "dtype", "path"} an array, stored in result.npz under "a0"
     {"__dict__": [[key, value], ...]}               a dict with a key that is not a string (int,
                                                     float, bool, None, tuple...), each key encoded
@@ -40,6 +42,10 @@ UNENCODABLE = "__unencodable__"
 MARKERS = {"__float__", "__complex__", "__tuple__", "__bytes__", "__int__", "__scalar__", ARRAY_MARKER,
            "__dict__", UNENCODABLE}
 PICKLE_FILE = "result.pkl"
+# NumPy scalars that are JSON's own number and boolean types under another name: written as plain
+# JSON (a list of losses reads as a list of floats however each was computed), read back as
+# Python float, int and bool. Every other NumPy scalar keeps its dtype in a __scalar__ marker.
+PLAIN_SCALARS = {"float64", "int64", "bool"}
 _LONG_INT_BITS = 13_000  # about 4000 decimal digits; Python refuses to print ints over 4300 digits
 
 log = logging.getLogger("launcher.results")
@@ -118,6 +124,8 @@ def encode_result(value, path: str = "result") -> EncodedResult:
 
     def encode(item, where):
         if isinstance(item, np.generic):  # first: np.float64, np.str_ and np.bytes_ subclass Python types
+            if item.dtype.name in PLAIN_SCALARS:
+                return encode(item.item(), where)  # JSON's own types: the value is exact, the reader's type natural
             return _scalar(item) or unencodable_leaf(item, where)
         if item is None or isinstance(item, (bool, str)):
             return item
@@ -137,7 +145,7 @@ def encode_result(value, path: str = "result") -> EncodedResult:
             if array.dtype.kind in "OV" and not _is_ml_dtype(array.dtype) or array.dtype.fields:
                 return unencodable_leaf(item, where, f"dtype {array.dtype} needs pickle")
             if array.ndim == 0:
-                return _scalar(array[()]) or unencodable_leaf(item, where)
+                return encode(array[()], where)
             name = f"a{len(arrays)}"
             arrays[name] = array
             return {ARRAY_MARKER: name, "shape": list(array.shape), "dtype": array.dtype.name

@@ -41,6 +41,9 @@ def test_sigusr2_checkpoints_and_resume_is_bit_identical(reference, tmp_path):
     result = load_result(run_dir)
     assert_same_training(result, reference)
     assert result["attempt"] == 1
+    # the losses restored from the checkpoint read as plain numbers, like those computed after it
+    raw = json.loads((run_dir / "result.json").read_text())["losses"]
+    assert all(type(loss) is float for loss in raw), [loss for loss in raw if type(loss) is not float][:2]
     assert (run_dir / "logs" / "attempt-0" / "rank-0.log").exists()  # the first attempt's logs kept
     timeline = [e["event"] for e in events(run_dir)]
     for event in ("notice", "checkpoint", "stopped", "resumed", "restored"):

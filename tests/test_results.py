@@ -9,7 +9,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from launcher.results import load_result, write_result
+from launcher.results import PLAIN_SCALARS, encode_result, load_result, write_result
 from launcher.rundir import RunDirectory
 
 PICKLE_FILE = "result.pkl"  # documented in README and launcher/results.py
@@ -44,10 +44,11 @@ def round_trip(tmp_path, value):
 
 
 def numpy_scalars():
+    """One scalar of every NumPy dtype that keeps its __scalar__ marker (PLAIN_SCALARS: below)."""
     out = {}
     for code in np.typecodes["All"]:
         dtype = np.dtype(code)
-        if dtype.kind in "OV":
+        if dtype.kind in "OV" or dtype.name in PLAIN_SCALARS:
             continue
         if dtype.kind in "mM":
             dtype = np.dtype(dtype.kind + "8[ms]")
@@ -137,3 +138,24 @@ def test_unpicklable_value_still_writes_the_rest(tmp_path):
     assert json.loads(run.result_file.read_text())["loss"] == 0.5
     with pytest.raises(ValueError, match="could not hold result.fn"):
         load_result(tmp_path)
+
+
+def test_float64_int64_and_bool_scalars_are_plain_json_read_back_as_python_values(tmp_path):
+    """A list of losses reads as a list of floats, whether each came from float() or NumPy (a
+    resumed job's restored losses are np.float64): jq or pandas must see no difference."""
+    value = {"losses": [1.5, np.float64(2.5), np.array(0.25)], "best": np.int64(3), "ok": np.bool_(True),
+             "bad": np.float64("nan")}
+    text = json.dumps(encode_result(value).value)
+    assert "__scalar__" not in text
+    assert json.loads(text) == {"losses": [1.5, 2.5, 0.25], "best": 3, "ok": True, "bad": {"__float__": "nan"}}
+    back = round_trip(tmp_path, value)
+    assert back["losses"] == [1.5, 2.5, 0.25] and all(type(x) is float for x in back["losses"])
+    assert type(back["best"]) is int and back["ok"] is True and math.isnan(back["bad"])
+
+
+@pytest.mark.parametrize("value", [np.float32(0.1), np.float16(1 / 3), ml_dtypes.bfloat16(1.5), np.int8(-3),
+                                   np.int32(7), np.uint64(2 ** 64 - 1), np.complex128(1 + 2j), np.float64(1)
+                                   .astype(np.longdouble)], ids=str)
+def test_scalars_that_json_would_change_keep_their_marker_and_round_trip(tmp_path, value):
+    assert encode_result(value).value["__scalar__"] == value.dtype.name
+    assert same(value, round_trip(tmp_path, value))
