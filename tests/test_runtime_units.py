@@ -81,14 +81,14 @@ class TestResults:
                            "nested": [{"ok": True}], "scalar_array": np.array(2.5), "nan": float("nan"),
                            "plain": 1.5})
         raw = json.loads(run.result_file.read_text())
-        assert raw["loss"] == {"__scalar__": "float32", "value": 0.5} and raw["steps"]["value"] == 3
-        assert raw["scalar_array"] == {"__scalar__": "float64", "value": 2.5}
+        assert raw["loss"] == {"__scalar__": "float32", "value": 0.5}
+        assert raw["steps"] == 3 and raw["scalar_array"] == 2.5  # int64 and float64: plain JSON (PLAIN_SCALARS)
         assert raw["nan"] == {"__float__": "nan"} and raw["plain"] == 1.5
         assert raw["weights"]["shape"] == [2, 3]
         loaded = load_result(tmp_path)
         np.testing.assert_array_equal(loaded["weights"], np.arange(6.0).reshape(2, 3))
         assert loaded["nested"] == [{"ok": True}]
-        assert type(loaded["loss"]) is np.float32 and type(loaded["steps"]) is np.int64
+        assert type(loaded["loss"]) is np.float32 and type(loaded["steps"]) is int
 
     def test_unencodable_value_names_its_path(self):
         encoded = encode_result({"model": [1, object()]})
