@@ -185,6 +185,25 @@ def test_timeout_is_enforced_inside_the_batch_job_with_a_hang_report(slurm_env, 
     assert "TIMEOUT: timed out after 10 s" in logs.stderr
 
 
+@pytest.mark.parametrize("launch, case", [("srun", "device"), ("mpirun", "host"), ("srun", "in_flight")])
+def test_the_watchdog_names_a_rank_that_never_reaches_the_first_collective_on_slurm(slurm_env, tmp_path, launch,
+                                                                                  case):
+    """As locally (tests/test_supervision.py): rank 1, on node2, stalls before the job's first
+    collective; rank 0's watchdog names it within collective_timeout, long before `timeout`."""
+    run_dir = tmp_path / "run"
+    result = jaxlaunch("submit", MISBEHAVE, "--wait", "--run-dir", run_dir, "--set", "nodes=2",
+                       "--set", "processes_per_node=1", "--set", f"slurm.launch={launch}",
+                       "--set", "entrypoint=misbehave.py:hang_before_the_first_collective",
+                       "--set", f"params.case={case}", "--set", "collective_timeout=3", env=slurm_env, timeout=180)
+    assert result.returncode == 124, result.stderr
+    failure = json.loads((run_dir / "failure.json").read_text())
+    assert failure["reason"] == "collective_timeout", failure
+    assert failure["hang"]["collective"]["seq"] == 1 and failure["hang"]["never_arrived"] == [1]
+    assert failure["hang"]["collective"]["seconds"] < 3 + 1.5
+    status = json.loads((run_dir / "status.json").read_text())
+    assert status["ended"] - status["started"] < 60  # the spec's timeout is 2 minutes
+
+
 def test_status_of_a_failed_job_names_the_rank(slurm_env, tmp_path):
     run_dir = tmp_path / "run"
     result = jaxlaunch("submit", MISBEHAVE, "--wait", "--run-dir", run_dir, "--set", "nodes=2",
