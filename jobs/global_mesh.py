@@ -5,7 +5,8 @@ device of every host. The MLP of jobs/sharded_mlp.py is split over ALL of them (
 by rows: each device holds hidden/devices units) and trained on one global batch, replicated;
 XLA inserts the cross-host reduction itself (gloo on CPU, NCCL on GPU). No launcher collective
 is involved. The result must equal plain NumPy backprop on one machine (jobs/sharded_mlp.py's
-`init` and the global batch), which rank 0 checks before returning.
+`init` and the global batch), which rank 0 checks before returning. Preemption-safe: the sharded
+weights are checkpointed as they lie and restored onto the mesh of the run that resumes.
 """
 
 import time
