@@ -215,3 +215,27 @@ def test_the_watchdog_names_a_rank_that_never_reaches_the_first_collective(tmp_p
     assert failure["hang"]["collective"]["name"] == "allreduce" and failure["hang"]["collective"]["seq"] == 1
     assert failure["hang"]["never_arrived"] == [1]
     assert failure["hang"]["collective"]["seconds"] < 3 + 1.5  # named within collective_timeout + ~1 s
+
+
+def test_open_mpi_banners_stay_in_the_launcher_log_and_the_terminal_keeps_the_summary(tmp_path):
+    run_dir = tmp_path / "run"
+    result = jaxlaunch("run", SPEC, "--run-dir", run_dir, timeout=90)  # rank 1 raises: MPI_Abort
+    assert result.returncode == 1
+    log = (run_dir / "logs" / "launcher.log").read_text()
+    assert "MPI_ABORT was invoked on rank 1" in log and "-" * 40 in log  # kept, frames and all
+    assert "MPI_ABORT was invoked" not in result.stderr and "prterun has exited" not in result.stderr
+    assert "-" * 40 not in result.stderr
+    assert "FAILED: rank 1 on" in result.stderr and "RuntimeError: rank 1 failed on purpose" in result.stderr
+    assert "the launcher said" not in result.stderr  # the rank's own error explains it
+
+
+def test_when_no_rank_recorded_an_error_the_summary_quotes_what_mpirun_said_first(tmp_path):
+    """Every rank dies inside MPI_Init (an Open MPI component that does not exist): no traceback,
+    so the explanation is Open MPI's first banner, quoted under the summary."""
+    run_dir = tmp_path / "run"
+    result = jaxlaunch("run", SPEC, "--run-dir", run_dir, "--set", "env.OMPI_MCA_pml=nonexistent", timeout=90)
+    assert result.returncode == 1
+    summary = result.stderr[result.stderr.index("jaxlaunch: job misbehave FAILED"):]
+    assert f"the launcher said ({run_dir}/logs/launcher.log):" in summary
+    assert "A requested component was not found" in summary and "Component: nonexistent" in summary
+    assert "-" * 40 not in result.stderr

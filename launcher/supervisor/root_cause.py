@@ -274,6 +274,31 @@ def summary_lines(failure: dict, run_path=None) -> list[str]:
         if tail:
             lines.append(f"  last lines of rank {first['rank']}'s log ({run.rank_log(first['rank'])}):")
             lines += [f"    {line[:300]}" for line in tail]
+    if first is None or first.get("source") != "rank" and not first.get("traceback"):
+        # No rank recorded its own error (it died in MPI_Init, or was killed): what mpirun/srun
+        # said first is the explanation.
+        said, more = launcher_said(failure, run_path)
+        if said:
+            where = f" ({run_path}/logs/launcher.log)" if run_path is not None else ""
+            lines.append(f"  the launcher said{where}:")
+            lines += [f"    {line[:300]}" for line in said]
+            if more:
+                lines.append(f"    ... ({more} more lines)")
     if run_path is not None:
         lines.append(f"  details: {run_path}/failure.json")
     return lines
+
+
+def launcher_said(failure: dict, run_path=None, limit: int = 12) -> tuple[list[str], int]:
+    """(the first `limit` lines mpirun/srun printed themselves, how many more there are), without
+    blank lines and the dash rules of Open MPI's banners: logs/launcher.log, or failure.json's
+    copy of its last lines."""
+    messages = (failure.get("launcher") or {}).get("messages") or []
+    if run_path is not None:
+        try:
+            with open(f"{run_path}/logs/launcher.log", "rb") as log:
+                messages = log.read(64_000).decode(errors="replace").splitlines()
+        except OSError:
+            pass
+    said = [m.strip() for m in messages if m.strip() and not set(m.strip()) <= {"-"}]
+    return said[:limit], max(0, len(said) - limit)

@@ -20,6 +20,7 @@ restarts the whole job up to `max_restarts` times after a failure.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -46,6 +47,8 @@ NOTICE_SIGNAL = signal.SIGUSR2
 # Why the supervisor stopped a job -> the job's state.
 STOP_STATES = {"timeout": "TIMEOUT", "collective_timeout": "TIMEOUT", "left_early": "FAILED",
                "cancelled": "CANCELLED"}
+# The rule of dashes above and below every Open MPI / PRRTE help message.
+BANNER_FRAME = re.compile(rb"-{20,}")
 NO_RESTART = ("timeout", "cancelled")  # the job's time is spent, or the user asked to stop
 
 
@@ -256,12 +259,18 @@ class Supervisor:
 
     def _forward_output(self, process, launcher_lines, first_launcher_line) -> None:
         """Stream the launcher's output live; keep what mpirun/srun said themselves (lines that are
-        not a rank's) in logs/launcher.log for the root cause."""
+        not a rank's) in logs/launcher.log for the root cause. Open MPI's framed banners ("MPI_ABORT
+        was invoked ...", "prterun has exited due to ...") go to that log only: our summary says it
+        all, and quotes them when no rank's own error explains the failure."""
+        in_banner = False
         with open(self.run.launcher_log, "ab") as log:
             for line in iter(process.stdout.readline, b""):
                 line = line.replace(b"\0", b"")  # prterun ends its messages with a NUL byte
+                is_frame = not line.startswith(b"[rank ") and BANNER_FRAME.fullmatch(line.strip()) is not None
+                quiet = in_banner or is_frame
+                in_banner = in_banner != is_frame  # a frame opens a banner, the next one closes it
                 try:
-                    self.write_output(line)
+                    quiet or self.write_output(line)
                 except (OSError, ValueError):
                     pass  # our console went away; the logs still have everything
                 if not line.startswith(b"[rank "):
