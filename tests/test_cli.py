@@ -22,7 +22,8 @@ def test_misspelled_key_exits_2_with_file_line_and_valid_keys(write_spec):
     assert result.exit_code == 2
     assert result.output == (
         f"Error: {path}:3: nodez: unknown key.\n"
-        "  valid keys: async_checkpoints, collective_timeout, devices_per_process, entrypoint, env, jax_distributed, keep_checkpoints, max_parallel, "
+        "  valid keys: async_checkpoints, collective_timeout, devices_per_process, entrypoint, env, jax_distributed, "
+        "jax_distributed_timeout, keep_checkpoints, max_parallel, "
         "max_restarts, name, nodes, params, platform, processes_per_node, run_dir, setup, slurm, sweep, sweep_limit, "
         "timeout\n"
         "  fix: did you mean 'nodes'? rename or remove the key.\n")
@@ -96,7 +97,7 @@ def test_print_spec_shows_each_resolved_value_with_its_type_and_runs_nothing(wri
                      "jax_distributed = False  (bool)", "run_dir = None  (null)", "slurm.launch = 'mpirun'  (str)",
                      "setup = []  (list)"):
         assert expected in lines
-    assert len(lines) == 32
+    assert len(lines) == 33
     assert not (tmp_path / "run").exists()
 
 

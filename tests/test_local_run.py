@@ -202,9 +202,13 @@ def test_global_mesh_model_parallel_across_processes_matches_numpy(tmp_path):
     from global_mesh import global_batch, init, numpy_reference
     from launcher import load_result
 
-    result = jaxlaunch("run", JOBS / "global_mesh.yaml", "--run-dir", tmp_path / "run", "--set", "params.steps=8")
+    result = jaxlaunch("run", JOBS / "global_mesh.yaml", "--run-dir", tmp_path / "run", "--set", "params.steps=8",
+                       "--set", "jax_distributed_timeout=2m")
     assert result.returncode == 0, result.stdout + result.stderr
     out = load_result(tmp_path / "run")
+    events = [json.loads(line) for line in (tmp_path / "run" / "events.jsonl").read_text().splitlines()]
+    started = next(e for e in events if e["event"] == "jax_distributed")  # its start-up time, on the timeline
+    assert started["processes"] == 2 and 0 <= started["seconds"] < 120
     assert out["processes"] == 2 and out["global_devices"] == 4
     assert out["w1_shard_shape"] == [16, 8]  # hidden 32 over 4 devices of 2 processes: model parallel across hosts
     x, y = global_batch(128, 16, 4)

@@ -53,7 +53,8 @@ def test_misspelled_key_names_file_line_key_and_valid_keys(write_spec):
     message = error_of(write_spec, path.read_text())
     assert message == (
         f"{path}:3: nodez: unknown key.\n"
-        "  valid keys: async_checkpoints, collective_timeout, devices_per_process, entrypoint, env, jax_distributed, keep_checkpoints, max_parallel, "
+        "  valid keys: async_checkpoints, collective_timeout, devices_per_process, entrypoint, env, jax_distributed, "
+        "jax_distributed_timeout, keep_checkpoints, max_parallel, "
         "max_restarts, name, nodes, params, platform, processes_per_node, run_dir, setup, slurm, sweep, sweep_limit, "
         "timeout\n"
         "  fix: did you mean 'nodes'? rename or remove the key.")
@@ -276,7 +277,8 @@ def test_every_default():
 
     assert JobSpec(name="x", entrypoint="m:f").to_dict() == {
         "name": "x", "entrypoint": "m:f", "params": {}, "nodes": 1, "processes_per_node": 1,
-        "devices_per_process": 1, "platform": "cpu", "jax_distributed": False, "env": {}, "setup": [],
+        "devices_per_process": 1, "platform": "cpu", "jax_distributed": False, "jax_distributed_timeout": 900,
+        "env": {}, "setup": [],
         "run_dir": None, "timeout": None, "collective_timeout": None, "max_restarts": 0, "keep_checkpoints": 2,
         "async_checkpoints": True,
         "max_parallel": None, "sweep_limit": 1000,
@@ -421,3 +423,31 @@ def test_a_section_takes_its_own_record_or_a_mapping_only():
     assert JobSpec(name="x", entrypoint="m:f", slurm=slurm).slurm is slurm and slurm.time == 129600
     with pytest.raises(InvalidRecord, match=r"^slurm: expected a mapping of keys to values"):
         JobSpec(name="x", entrypoint="m:f", slurm=JobSpec(name="y", entrypoint="m:f"))
+
+
+def test_jax_distributed_timeout_is_a_duration_passed_to_jax(write_spec, monkeypatch):
+    spec = load_spec(write_spec("name: x\nentrypoint: m:f\njax_distributed: true\njax_distributed_timeout: 20m\n"))
+    assert spec.jax_distributed_timeout == 1200
+    from launcher.runtime import bootstrap
+
+    calls = []
+
+    class FakeJax:
+        class config:
+            update = staticmethod(lambda *args: None)
+
+        class distributed:
+            initialize = staticmethod(lambda **kwargs: calls.append(kwargs))
+
+    class OneProcess:
+        def Get_rank(self):
+            return 0
+
+        def Get_size(self):
+            return 1
+
+        def bcast(self, value, root=0):
+            return value
+
+    bootstrap.start_jax_distributed(FakeJax, OneProcess(), "cpu", spec.jax_distributed_timeout)
+    assert calls[0]["initialization_timeout"] == 1200 and calls[0]["num_processes"] == 1

@@ -40,9 +40,12 @@ def load_entrypoint(entrypoint: str):
         raise AttributeError(f"entrypoint {entrypoint!r}: {target} has no function {function!r}") from None
 
 
-def start_jax_distributed(jax, comm, platform: str) -> None:
+def start_jax_distributed(jax, comm, platform: str, timeout: int = 900) -> float:
     """jax.distributed.initialize with its coordinator found through MPI: rank 0 picks a free
-    port and broadcasts host:port (JAX 0.10 does not detect Open MPI 5's mpirun by itself)."""
+    port and broadcasts host:port (JAX 0.10 does not detect Open MPI 5's mpirun by itself).
+    Every process gets `timeout` seconds to connect (the spec's jax_distributed_timeout).
+    Returns the seconds it took."""
+    started = time.perf_counter()
     import socket
     
     address = None
@@ -55,7 +58,8 @@ def start_jax_distributed(jax, comm, platform: str) -> None:
     if platform == "cpu":
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
     jax.distributed.initialize(coordinator_address=address, num_processes=comm.Get_size(),
-                               process_id=comm.Get_rank())
+                               process_id=comm.Get_rank(), initialization_timeout=int(timeout))
+    return time.perf_counter() - started
 
 
 def exception_summary(exc: BaseException) -> str:
@@ -146,7 +150,9 @@ def main() -> None:
         from .context import DEVICE_AXIS, JobContext
 
         if spec.jax_distributed:
-            start_jax_distributed(jax, comm, spec.platform)
+            seconds = start_jax_distributed(jax, comm, spec.platform, spec.jax_distributed_timeout)
+            if rank == 0:
+                run.log_event("jax_distributed", seconds=round(seconds, 3), processes=size)
         devices = jax.local_devices()
         from .preflight import run_preflight
 

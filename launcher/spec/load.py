@@ -253,7 +253,8 @@ def resolve_run_dir(spec: JobSpec, spec_dir: Path) -> JobSpec:
 def describe_spec(spec: JobSpec) -> str:
     """Every resolved value of the spec, one per line with its type (`params.lr = 0.001  (float)`),
     so a user can see what the file, the defaults and each --set produced."""
-    durations = {("timeout",), ("collective_timeout",), ("slurm", "time"), ("slurm", "checkpoint_notice")}
+    durations = {("timeout",), ("collective_timeout",), ("jax_distributed_timeout",), ("slurm", "time"),
+                 ("slurm", "checkpoint_notice")}
     names = {str: "str", int: "int", float: "float", bool: "bool", type(None): "null", list: "list", dict: "dict"}
     lines = []
 

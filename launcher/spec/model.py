@@ -146,6 +146,9 @@ class JobSpec(Record):
     platform: str = field(Choice("cpu", "gpu"), "'cpu' or 'gpu'", "cpu")
     jax_distributed: bool = field(
         Boolean(), "also start JAX's own multi-process runtime (jax.distributed), for global meshes", False)
+    jax_distributed_timeout: int = field(
+        DURATION, "how long jax.distributed waits for every process to connect at start-up: seconds, '15m', ...; "
+                  "JAX's own 300 s is too short for cold starts on many hosts", 900)
     env: dict[str, str] = field(MappingOf(Text(), before=_env_scalars_to_strings),
                                 "environment variables for every process", factory=dict, checks=(_env_names,))
     setup: list[str] = field(
