@@ -155,11 +155,9 @@ class PeakMemory:
 # --- files -------------------------------------------------------------------------------------
 
 def fsync_path(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    from launcher.runtime.checkpoints.storage import fsync_dir
+
+    fsync_dir(path)  # opens read-only and fsyncs: works for files as for folders
 
 
 def fsync_tree(folder: Path) -> None:
