@@ -138,3 +138,18 @@ def test_a_save_stopped_between_its_two_renames_raises_everywhere_and_keeps_the_
     checkpoints.save(4, {"x": np.full(2, 4.0)})
     step, state = checkpoints.restore()
     assert step == 4 and sorted(p.name for p in checkpoints.directory.iterdir()) == ["step-00000003", "step-00000004"]
+
+
+def test_wait_counts_as_one_collective_on_every_rank_finished_or_not(comm, shared_dir):
+    """The watchdog compares collective counts across ranks; a wait counted only where the write
+    was still going on would make them differ by a race."""
+    import time
+
+    from launcher.runtime.tracker import TRACKER
+
+    checkpoints = Checkpoints(shared_dir, rank=comm.Get_rank(), comm=comm)
+    checkpoints.save(1, {"x": np.zeros(3)})
+    time.sleep(0.5)  # the write is done by now, here and everywhere
+    before = TRACKER.count
+    checkpoints.wait()
+    assert comm.allgather(TRACKER.count - before) == [1] * comm.Get_size()

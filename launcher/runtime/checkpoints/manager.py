@@ -74,21 +74,23 @@ class Checkpoints:
 
     # --- collectives in the caller's thread, counted for the hang watchdog --------------------
 
-    def _collective(self, method: str, *args, **kwargs):
+    def _collective(self, call, *args, **kwargs):
+        """call(*args, **kwargs) as one tracked collective: every rank makes the same calls, so the
+        sequence numbers the watchdog compares stay the same on every rank."""
         from ..tracker import TRACKER
 
         seq = TRACKER.start("checkpoint")
         TRACKER.enter(seq, "checkpoint")
         try:
-            return getattr(self.comm, method)(*args, **kwargs)
+            return call(*args, **kwargs)
         finally:
             TRACKER.leave()
 
     def _bcast(self, value):
-        return value if self.size == 1 else self._collective("bcast", value, root=0)
+        return value if self.size == 1 else self._collective(self.comm.bcast, value, root=0)
 
     def _everyones(self, value) -> list:
-        return [value] if self.size == 1 else self._collective("allgather", value)
+        return [value] if self.size == 1 else self._collective(self.comm.allgather, value)
 
     def _agree(self, error: str | None) -> str | None:
         """The first rank's error, on every rank; None when every rank is fine."""
@@ -189,18 +191,10 @@ class Checkpoints:
         job, self._pending = self._pending, None
         if job is None:
             return None
-        if not job.done.is_set():
-            if self.size > 1:
-                from ..tracker import TRACKER
-
-                seq = TRACKER.start("checkpoint")
-                TRACKER.enter(seq, "checkpoint")
-                try:
-                    job.done.wait()
-                finally:
-                    TRACKER.leave()
-            else:
-                job.done.wait()
+        if self.size > 1:  # counted on every rank, finished or not, so the counts agree
+            self._collective(job.done.wait)
+        else:
+            job.done.wait()
         if job.outcome is not None:
             raise CheckpointError(f"checkpoint step {job.step} in {self.directory} not saved: {job.outcome}")
         return job.final
