@@ -289,10 +289,11 @@ def summary_lines(failure: dict, run_path=None) -> list[str]:
     return lines
 
 
-def launcher_said(failure: dict, run_path=None, limit: int = 12) -> tuple[list[str], int]:
-    """(the first `limit` lines mpirun/srun printed themselves, how many more there are), without
-    blank lines and the dash rules of Open MPI's banners: logs/launcher.log, or failure.json's
-    copy of its last lines."""
+def launcher_said(failure: dict, run_path=None, limit: int = 30) -> tuple[list[str], int]:
+    """(the first `limit` distinct lines mpirun/srun printed themselves, how many more there are),
+    without blank lines and the dash rules of Open MPI's banners: logs/launcher.log, or
+    failure.json's copy of its last lines. Distinct, because every rank prints the same banner,
+    in an order that varies from run to run."""
     messages = (failure.get("launcher") or {}).get("messages") or []
     if run_path is not None:
         try:
@@ -300,5 +301,5 @@ def launcher_said(failure: dict, run_path=None, limit: int = 12) -> tuple[list[s
                 messages = log.read(64_000).decode(errors="replace").splitlines()
         except OSError:
             pass
-    said = [m.strip() for m in messages if m.strip() and not set(m.strip()) <= {"-"}]
+    said = list(dict.fromkeys(m.strip() for m in messages if m.strip() and not set(m.strip()) <= {"-"}))
     return said[:limit], max(0, len(said) - limit)
