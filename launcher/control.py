@@ -1,30 +1,62 @@
 """The control protocol between a job's supervisor and its ranks: every message's name and shape,
-for both sides. Today the channel is small JSON files in RUN_DIR/control/ (and the ranks' state
-reports in logs/), written atomically; this module is the one place that knows that, so another
-channel can replace it without touching either side.
+and the channel that carries them, for both sides.
 
-Supervisor -> every rank:
-    stop.json           StopRequest: dump your stacks and state now, the job is being stopped
-    preempt.json        PreemptNotice: the supervisor got a preemption notice (SIGUSR2)
-Rank N -> supervisor:
-    started-rank-N.json RankStarted: the rank is up (its host and pid)
-    done-rank-N.json    RankDone: its entrypoint returned, after this many launcher collectives
-    abort-rank-N.json   AbortRequest: stop the job (a collective past collective_timeout, or a
-                        peer that left main while this rank waits for it)
-    notice-rank-N.json  NoticeSeen: a preemption notice reached this rank (and how)
-    logs/rank-N.state.json  RankState: where the rank was when asked to stop (the hang report)
+The channel is one TCP connection per rank to a small server in the supervisor, carrying one JSON
+object per line. Nothing polls the run directory: at 1,024 ranks on Lustre or NFS, file polling is
+~10,000 metadata operations a second, and NFS's negative cache can hide a new file for 30-60 s.
+Why our own few lines and not an existing engine: jax.distributed's coordination service lives only
+inside JAX processes that called `initialize` (the supervisor is not one, and most jobs never call
+it); torch's TCPStore would bring torch; ZeroMQ would bring a C library for what is a handful of
+events per rank per job. The design is torchelastic's: the agent (our supervisor) hosts the store,
+ranks connect to it, a lost connection means a lost agent.
+
+- The supervisor binds to an address of the node it runs on (127.0.0.1 for a local run; the Slurm
+  node's NodeAddr in a batch job; JAXLAUNCH_CONTROL_HOST overrides both) and gives every rank
+  JAXLAUNCH_CONTROL=host:port and a per-attempt secret, JAXLAUNCH_CONTROL_TOKEN. A connection must
+  open with that secret, or it is dropped.
+- Ranks detect a lost supervisor by the connection's end (a killed process's kernel closes it) or
+  by TCP keepalive (a dead host): about 11 s at most.
+- The run directory keeps the records people read afterwards: logs/rank-N.state.json (the hang
+  report) when a rank answers a stop, and logs/control.json with every rank's messages when an
+  attempt ends.
+
+Supervisor -> every rank (also replayed to a rank that connects later):
+    stop        StopRequest: dump your stacks and state now, the job is being stopped
+    preempt     PreemptNotice: the supervisor got a preemption notice (SIGUSR2)
+Rank N -> supervisor (the first line is hello: its rank and the secret):
+    started     RankStarted: the rank is up (its host and pid)
+    waiting     RankWaiting: one of its collectives has waited a while (sent once per collective);
+                the supervisor checks it against the ranks that have left main
+    abort       AbortRequest: stop the job (a collective past collective_timeout)
+    notice      NoticeSeen: a preemption notice reached this rank (and how)
+    state       RankState: where the rank was when asked to stop (the hang report)
+    done        RankDone: its entrypoint returned, after this many launcher collectives
 """
 
 from __future__ import annotations
 
+import hmac
 import json
+import os
+import resource
+import secrets
+import select
+import selectors
+import socket
+import threading
+import time
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 from .rundir import RunDirectory, atomic_write_json
+from .runtime.environment import CONTROL_ENV, CONTROL_HOST_ENV, CONTROL_TOKEN_ENV
 
-STOP_FILE = "stop.json"
-PREEMPT_FILE = "preempt.json"
+MAX_LINE = 1 << 20          # a message longer than this is a protocol error
+HELLO_SECONDS = 10.0        # a connection must say hello within this long
+CONNECT_SECONDS = 60.0      # a rank keeps trying to reach the supervisor this long at start-up
+# TCP keepalive on the ranks' side: a supervisor host that died silently is noticed after
+# IDLE + INTERVAL * COUNT seconds.
+KEEPALIVE = (5, 2, 3)
+RANK_KINDS = ("started", "waiting", "abort", "notice", "state", "done")
 
 
 @dataclass
@@ -47,6 +79,14 @@ class RankStarted:
     host: str
     pid: int
     time: float
+
+
+@dataclass
+class RankWaiting:
+    rank: int
+    seq: int                # the collective's number on this rank (1 for the first)
+    name: str
+    since: float            # when it started (time.time())
 
 
 @dataclass
@@ -75,72 +115,415 @@ class NoticeSeen:
     time: float | None
 
 
-def _read(path: Path) -> dict | None:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
+def encode(kind: str, record) -> bytes:
+    body = asdict(record) if not isinstance(record, dict) else dict(record)
+    return (json.dumps({"kind": kind, **body}, separators=(",", ":"), default=str) + "\n").encode()
+
+
+def _keepalive(sock: socket.socket) -> None:
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    idle, interval, count = KEEPALIVE
+    for name, value in (("TCP_KEEPIDLE", idle), ("TCP_KEEPINTVL", interval), ("TCP_KEEPCNT", count)):
+        if hasattr(socket, name):
+            sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, name), value)
+
+
+def left_early(waiting: list[dict], done: list[dict]) -> AbortRequest | None:
+    """A rank waits in collective #seq while a rank that has left main made fewer than seq: that
+    peer will never join. The earliest such wait, or None. Linear in the ranks: the supervisor asks
+    on every loop."""
+    if not waiting or not done:
         return None
+    peer = min(done, key=lambda d: (d["collectives"], d["time"]))
+    late = [w for w in waiting if w["seq"] > peer["collectives"]]
+    if not late:
+        return None
+    wait = min(late, key=lambda w: w["since"])
+    return AbortRequest(
+        wait["rank"], wait.get("host", ""), "left_early",
+        f"rank {peer['rank']} left main after {peer['collectives']} collectives, while rank {wait['rank']} "
+        f"waits in {wait['name']} #{wait['seq']}", time.time(),
+        collective={"seq": wait["seq"], "name": wait["name"], "seconds": round(time.time() - wait["since"], 3)},
+        culprit=peer["rank"])
 
 
-class ControlChannel:
-    """The control messages of one run directory; both sides make one."""
+def _allow_many_connections() -> None:
+    """One socket per rank: raise the soft limit on open files (often 1024) to the hard one."""
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if hard == resource.RLIM_INFINITY or soft < hard:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard if hard != resource.RLIM_INFINITY else 1 << 20, hard))
+    except (ValueError, OSError):
+        pass
 
-    def __init__(self, run: RunDirectory):
+
+class _Connection:
+    def __init__(self, sock: socket.socket, opened: float):
+        self.sock, self.opened = sock, opened
+        self.rank: int | None = None
+        self.inbox = bytearray()
+        self.outbox = bytearray()
+
+
+class ControlServer:
+    """The supervisor's side: one thread serves every rank's connection with a selector."""
+
+    def __init__(self, run: RunDirectory, host: str = "127.0.0.1"):
         self.run = run
-        self.folder = run.control
+        self.token = secrets.token_hex(16)
+        _allow_many_connections()
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self._listener = socket.create_server((host, 0), family=family, backlog=4096)
+        self._listener.setblocking(False)
+        port = self._listener.getsockname()[1]
+        self.address = f"[{host}]:{port}" if family == socket.AF_INET6 else f"{host}:{port}"
+        self.changed = threading.Event()    # set on every message; the supervisor's loop waits on it
+        self._lock = threading.Lock()
+        self._records: dict[str, dict[int, dict]] = {kind: {} for kind in RANK_KINDS}
+        self._to_every_rank: list[bytes] = []  # stop and preempt, replayed to late connections
+        self._connections: dict[int, _Connection] = {}
+        self._selector = selectors.DefaultSelector()
+        self._wake_read, self._wake_write = socket.socketpair()
+        self._wake_read.setblocking(False)
+        self._closed = False
+        self._thread = threading.Thread(target=self._serve, name="jaxlaunch-control", daemon=True)
 
-    def prepare(self) -> None:
-        self.folder.mkdir(parents=True, exist_ok=True)
+    def env(self) -> dict[str, str]:
+        """What every rank needs to connect."""
+        return {CONTROL_ENV: self.address, CONTROL_TOKEN_ENV: self.token}
+
+    def start(self) -> "ControlServer":
+        self._selector.register(self._listener, selectors.EVENT_READ, "listen")
+        self._selector.register(self._wake_read, selectors.EVENT_READ, "wake")
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        """Stop serving and close every connection: ranks still running see their supervisor gone."""
+        self._closed = True
+        self._wake()
+        self._thread.join(timeout=5)
+        for sock in [self._listener, self._wake_read, self._wake_write,
+                     *(c.sock for c in self._connections.values())]:
+            try:
+                sock.close()
+            except OSError:
+                pass
+        self._connections.clear()
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.close()
 
     # --- supervisor -> ranks ---
 
     def request_stop(self, request: StopRequest) -> None:
-        atomic_write_json(self.folder / STOP_FILE, asdict(request))
+        self._send_to_every_rank(encode("stop", request))
 
     def send_preempt_notice(self, notice: PreemptNotice) -> None:
-        atomic_write_json(self.folder / PREEMPT_FILE, asdict(notice))
+        self._send_to_every_rank(encode("preempt", notice))
 
-    def stop_request(self) -> dict | None:
-        """The supervisor's stop request (as written), None while there is none."""
-        return _read(self.folder / STOP_FILE)
+    def _send_to_every_rank(self, line: bytes) -> None:
+        with self._lock:
+            self._to_every_rank.append(line)
+            for connection in self._connections.values():
+                if connection.rank is not None:
+                    connection.outbox += line
+        self._wake()
 
-    def preempt_noticed(self) -> bool:
-        return (self.folder / PREEMPT_FILE).exists()
+    def _wake(self) -> None:
+        try:
+            self._wake_write.send(b"x")
+        except OSError:
+            pass
 
-    # --- ranks -> supervisor ---
+    # --- what the ranks said (in memory; copies) ---
 
-    def _write_rank(self, kind: str, record) -> None:
-        atomic_write_json(self.folder / f"{kind}-rank-{record.rank}.json", asdict(record))
-
-    def mark_started(self, record: RankStarted) -> None:
-        self._write_rank("started", record)
-
-    def mark_done(self, record: RankDone) -> None:
-        self._write_rank("done", record)
-
-    def request_abort(self, record: AbortRequest) -> None:
-        self._write_rank("abort", record)
-
-    def report_notice(self, record: NoticeSeen) -> None:
-        self._write_rank("notice", record)
-
-    def report_state(self, rank: int, state: dict) -> None:
-        atomic_write_json(self.run.rank_state(rank), state)
-
-    def _records(self, kind: str) -> list[dict]:
-        return self.run.read_json_files(self.folder, f"{kind}-rank-*.json")
+    def _of(self, kind: str) -> list[dict]:
+        with self._lock:
+            return [dict(record) for record in self._records[kind].values()]
 
     def started(self) -> list[dict]:
-        return self._records("started")
+        return self._of("started")
 
     def done(self) -> list[dict]:
-        return self._records("done")
+        return self._of("done")
 
     def abort_requests(self) -> list[dict]:
-        return self._records("abort")
+        return self._of("abort")
 
     def notices(self) -> list[dict]:
-        return self._records("notice")
+        return self._of("notice")
 
     def rank_states(self) -> list[dict]:
-        return self.run.read_json_files(self.run.logs, "rank-*.state.json")
+        return self._of("state")
+
+    def waiting(self) -> list[dict]:
+        return self._of("waiting")
+
+    def note_abort(self, request: AbortRequest) -> None:
+        """The supervisor's own finding (left_early) stands for the rank it is about, ahead of
+        that rank's own request."""
+        with self._lock:
+            self._records["abort"][request.rank] = asdict(request)
+
+    def connected(self) -> int:
+        with self._lock:
+            return sum(c.rank is not None for c in self._connections.values())
+
+    def save_records(self) -> None:
+        """logs/control.json: every rank's messages of this attempt, for people and tests."""
+        with self._lock:
+            records = {kind: [self._records[kind][r] for r in sorted(self._records[kind])] for kind in RANK_KINDS}
+        atomic_write_json(self.run.control_records, records)
+
+    # --- the serving thread ---
+
+    def _serve(self) -> None:
+        while not self._closed:
+            for key, events in self._selector.select(timeout=1.0):
+                if key.data == "listen":
+                    self._accept()
+                elif key.data == "wake":
+                    try:
+                        while self._wake_read.recv(4096):
+                            pass
+                    except (BlockingIOError, InterruptedError):
+                        pass
+                else:
+                    connection = key.data
+                    if events & selectors.EVENT_READ:
+                        self._read(connection)
+                    if events & selectors.EVENT_WRITE and connection.sock.fileno() >= 0:
+                        self._flush(connection)
+            self._after_select()
+
+    def _after_select(self) -> None:
+        now = time.monotonic()
+        for connection in list(self._connections.values()):
+            if connection.rank is None and now - connection.opened > HELLO_SECONDS:
+                self._drop(connection)
+            elif connection.outbox:
+                self._flush(connection)
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                sock, _ = self._listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            connection = _Connection(sock, time.monotonic())
+            self._connections[sock.fileno()] = connection
+            self._selector.register(sock, selectors.EVENT_READ, connection)
+
+    def _drop(self, connection: _Connection) -> None:
+        self._connections.pop(connection.sock.fileno(), None)
+        try:
+            self._selector.unregister(connection.sock)
+        except (KeyError, ValueError):
+            pass
+        connection.sock.close()
+
+    def _read(self, connection: _Connection) -> None:
+        try:
+            data = connection.sock.recv(65536)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self._drop(connection)
+            return
+        connection.inbox += data
+        while b"\n" in connection.inbox:
+            line, _, rest = bytes(connection.inbox).partition(b"\n")
+            connection.inbox = bytearray(rest)
+            if not self._handle(connection, line):
+                self._drop(connection)
+                return
+        if len(connection.inbox) > MAX_LINE:
+            self._drop(connection)
+
+    def _handle(self, connection: _Connection, line: bytes) -> bool:
+        """Take one message; False drops the connection (no secret, not JSON, not ours)."""
+        try:
+            message = json.loads(line)
+            kind = message.pop("kind")
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return False
+        if connection.rank is None:
+            token = str(message.get("token", ""))
+            if kind != "hello" or not hmac.compare_digest(token.encode(), self.token.encode()):
+                return False
+            connection.rank = int(message["rank"])
+            with self._lock:
+                connection.outbox += b"".join(self._to_every_rank)
+            return True
+        if kind not in RANK_KINDS:
+            return False
+        message["rank"] = connection.rank  # a rank speaks only for itself
+        if kind == "state":  # on disk before anyone is told it came
+            try:
+                atomic_write_json(self.run.rank_state(connection.rank), message)
+            except OSError:
+                pass  # the answer is in memory; the file is for people
+        with self._lock:
+            kept = self._records[kind]
+            if kind == "abort" and connection.rank in kept:
+                return True  # its first request is the one that counts
+            kept[connection.rank] = message
+        self.changed.set()
+        return True
+
+    def _flush(self, connection: _Connection) -> None:
+        with self._lock:
+            pending = bytes(connection.outbox)
+        if not pending:
+            self._selector.modify(connection.sock, selectors.EVENT_READ, connection)
+            return
+        try:
+            sent = connection.sock.send(pending)
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        except OSError:
+            self._drop(connection)
+            return
+        with self._lock:
+            del connection.outbox[:sent]
+            left = bool(connection.outbox)
+        events = selectors.EVENT_READ | (selectors.EVENT_WRITE if left else 0)
+        self._selector.modify(connection.sock, events, connection)
+
+
+def control_host(env=os.environ) -> str:
+    """The address the supervisor binds to: JAXLAUNCH_CONTROL_HOST, else (in a Slurm job) the
+    batch node's NodeAddr, else 127.0.0.1."""
+    if env.get(CONTROL_HOST_ENV):
+        return env[CONTROL_HOST_ENV]
+    node = env.get("SLURMD_NODENAME")
+    if node:
+        from .slurm import scheduler
+
+        try:
+            for word in scheduler.call_slurm(["scontrol", "show", "node", "--oneliner", node], timeout=20).split():
+                if word.startswith("NodeAddr="):
+                    return socket.gethostbyname(word.partition("=")[2])
+        except (scheduler.SchedulerError, OSError):
+            pass
+        try:
+            return socket.gethostbyname(socket.gethostname())
+        except OSError:
+            pass
+    return "127.0.0.1"
+
+
+class ControlLost(Exception):
+    """The supervisor cannot be reached any more (or never could)."""
+
+
+class ControlClient:
+    """A rank's side: its one connection to the supervisor. `send` may be called from any thread;
+    `receive` from one thread only (the rank's monitor)."""
+
+    def __init__(self, sock: socket.socket, rank: int):
+        self.sock, self.rank = sock, rank
+        self.lost: str | None = None     # why the supervisor is gone, once it is
+        self._send_lock = threading.Lock()
+        self._inbox = bytearray()
+        self._poller = select.poll()
+        self._poller.register(sock, select.POLLIN)
+
+    @classmethod
+    def connect(cls, address: str, token: str, rank: int, timeout: float = CONNECT_SECONDS) -> "ControlClient":
+        host, _, port = address.rpartition(":")
+        host = host.strip("[]")
+        deadline = time.monotonic() + timeout
+        delay = 0.05
+        while True:
+            try:
+                sock = socket.create_connection((host, int(port)), timeout=10)
+                break
+            except OSError as exc:
+                if time.monotonic() + delay > deadline:
+                    raise ControlLost(
+                        f"rank {rank} cannot reach the jaxlaunch supervisor at {address} ({exc}); if the compute "
+                        f"nodes reach the batch node by another address, set {CONTROL_HOST_ENV} to it") from exc
+                time.sleep(delay)
+                delay = min(delay * 2, 1.0)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        _keepalive(sock)
+        sock.settimeout(None)
+        client = cls(sock, rank)
+        client.send("hello", {"rank": rank, "token": token})
+        return client
+
+    @classmethod
+    def from_env(cls, rank: int, env=os.environ) -> "ControlClient | None":
+        """Connected to the supervisor named in the environment; None when there is none (a program
+        started without jaxlaunch)."""
+        if not env.get(CONTROL_ENV):
+            return None
+        return cls.connect(env[CONTROL_ENV], env.get(CONTROL_TOKEN_ENV, ""), rank)
+
+    def send(self, kind: str, record) -> bool:
+        if self.lost:
+            return False
+        try:
+            with self._send_lock:
+                self.sock.sendall(encode(kind, record))
+            return True
+        except OSError as exc:
+            self.lost = self.lost or f"sending failed: {exc}"
+            return False
+
+    def receive(self, timeout: float) -> list[dict]:
+        """The supervisor's messages that arrive within `timeout` seconds (all that are ready)."""
+        if self.lost:
+            time.sleep(timeout)
+            return []
+        messages = []
+        deadline = time.monotonic() + timeout
+        while True:
+            try:  # poll, not select: a rank of a big job may hold file descriptors past select's 1024
+                ready = self._poller.poll(max(0.0, deadline - time.monotonic()) * 1000)
+            except (OSError, ValueError) as exc:
+                self.lost = f"the connection broke: {exc}"
+                return messages
+            if not ready:
+                return messages
+            try:
+                data = self.sock.recv(65536)
+            except OSError as exc:
+                data, why = b"", f"the connection broke: {exc}"
+            else:
+                why = "the supervisor closed the connection"
+            if not data:
+                self.lost = why
+                return messages
+            self._inbox += data
+            while b"\n" in self._inbox:
+                line, _, rest = bytes(self._inbox).partition(b"\n")
+                self._inbox = bytearray(rest)
+                try:
+                    messages.append(json.loads(line))
+                except ValueError:
+                    continue
+            if messages:
+                return messages
+
+    def close(self, linger: float = 2.0) -> None:
+        """Say we are finished and wait (briefly) for the supervisor to close its side: closing
+        with its messages unread would reset the connection and could lose our last ones."""
+        try:
+            self.sock.shutdown(socket.SHUT_WR)
+            self.sock.settimeout(linger)
+            while self.sock.recv(65536):
+                pass
+        except OSError:
+            pass
+        finally:
+            self.sock.close()

@@ -8,7 +8,7 @@ Layout (the same for local runs and Slurm jobs):
     logs/rank-N.state.json  where rank N was when the job was stopped (timeout, signal, watchdog)
     logs/launcher.log   what mpirun/srun printed themselves (not a rank's output)
     logs/attempt-K/     the logs of attempt K, moved there when the job restarts (max_restarts)
-    control/            files the supervisor and the ranks exchange (see launcher/runtime/monitor.py)
+    logs/control.json   every message the ranks sent the supervisor in this attempt (launcher/control.py)
     failure.json        the root cause of a failed, timed-out or cancelled job (schema in README)
     checkpoints/step-N/ what ctx.checkpoints.save wrote (launcher/runtime/checkpoints.py)
     events.jsonl        the run's timeline: notices, checkpoints, requeues, resumes
@@ -85,7 +85,7 @@ class RunDirectory:
     result_file = property(lambda self: self.path / "result.json")
     arrays_file = property(lambda self: self.path / "result.npz")
     logs = property(lambda self: self.path / "logs")
-    control = property(lambda self: self.path / "control")
+    control_records = property(lambda self: self.path / "logs" / "control.json")
     failure_file = property(lambda self: self.path / "failure.json")
     launcher_log = property(lambda self: self.path / "logs" / "launcher.log")
 

@@ -91,6 +91,8 @@ class StatusRecord:
     requeues: int = 0                 # Slurm requeues so far, and why
     preemptions: int = 0
     timeouts: int = 0
+    node_failures: int = 0            # requeues that left bad nodes behind (failed, or failed the health check)
+    excluded_nodes: list | None = None  # the nodes this job excludes from its requeues
     supervisor_pid: int | None = None   # a local run's supervisor: pid, its start time, the host
     supervisor_start: int | None = None
     supervisor_host: str | None = None

@@ -66,7 +66,8 @@ def slurm_cluster(tmp_path_factory):
         if os.environ.get("CI") == "true":
             pytest.fail(f"CI=true but the Slurm tier cannot run: {reason}")
         pytest.skip(f"no local Slurm: {reason}")
-    cluster = LocalSlurmCluster(tmp_path_factory.mktemp("slurm")).start()
+    # 8 virtual nodes: `debug` and `urgent` hold node1-2 (the two-node tests), `wide` all 8.
+    cluster = LocalSlurmCluster(tmp_path_factory.mktemp("slurm"), nodes=8).start()
     yield cluster
     cluster.stop()
 

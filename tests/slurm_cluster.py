@@ -1,4 +1,4 @@
-"""A real, throw-away two-node Slurm cluster on the local machine, for tests.
+"""A real, throw-away Slurm cluster of several virtual nodes on the local machine, for tests.
 
 Stdlib only.  Typical use::
 
@@ -27,7 +27,7 @@ What it does:
 * never touches ``os.environ``: pass :attr:`LocalSlurmCluster.env` to
   subprocesses.
 
-``python tests/slurm_cluster.py [DIR]`` starts a cluster for a human, prints the
+``python tests/slurm_cluster.py [DIR [NODES]]`` starts a cluster (8 nodes by default) for a human, prints the
 ``export SLURM_CONF=...`` line and waits for Ctrl-C.
 """
 
@@ -177,12 +177,13 @@ class LocalSlurmCluster:
     ``base_dir`` holds everything (it is created if needed and not deleted).
     """
 
-    NODES = ("node1", "node2")
+    NODES = ("node1", "node2")  # the default partitions' nodes (debug and urgent)
 
     def __init__(
         self,
         base_dir: str | os.PathLike,
         *,
+        nodes: int = 2,
         cpus_per_node: int = 2,
         real_memory: int = 4000,
         start_timeout: float = 30.0,
@@ -193,6 +194,9 @@ class LocalSlurmCluster:
         cred_expire: int = 10,
     ) -> None:
         self.base_dir = Path(base_dir).absolute()
+        # Every node: the first two make the `debug` and `urgent` partitions (the tests written for a
+        # two-node cluster see only those), all of them the `wide` partition (scale and node failure).
+        self.NODES = tuple(f"node{i}" for i in range(1, nodes + 1))
         self.cpus_per_node = cpus_per_node
         self.real_memory = real_memory
         self.start_timeout = start_timeout
@@ -498,10 +502,14 @@ class LocalSlurmCluster:
                 f"CPUs={self.cpus_per_node} RealMemory={self.real_memory} State=UNKNOWN")
         # Preemption: a job in `urgent` (exclusive nodes, higher tier) requeues the jobs of
         # `debug` that hold its nodes; they get SIGTERM, then SIGKILL after GraceTime.
-        lines.append(f"PartitionName=debug Nodes={','.join(self.NODES)} Default=YES "
+        pair = ",".join(self.NODES[:2])
+        lines.append(f"PartitionName=debug Nodes={pair} Default=YES "
                      f"OverSubscribe=FORCE MaxTime=INFINITE State=UP PriorityTier=1 GraceTime={self.grace_time}")
-        lines.append(f"PartitionName=urgent Nodes={','.join(self.NODES)} OverSubscribe=EXCLUSIVE "
+        lines.append(f"PartitionName=urgent Nodes={pair} OverSubscribe=EXCLUSIVE "
                      "MaxTime=INFINITE State=UP PriorityTier=2 PreemptMode=OFF")
+        if len(self.NODES) > 2:
+            lines.append(f"PartitionName=wide Nodes={','.join(self.NODES)} OverSubscribe=FORCE MaxTime=INFINITE "
+                         "State=UP PriorityTier=1")
         (self.base_dir / "slurm.conf").write_text("\n".join(lines) + "\n")
         # Own (empty) plugstack.conf: do not load SPANK plugins from /etc/slurm.
         (self.base_dir / "plugstack.conf").write_text("")
@@ -673,7 +681,7 @@ def _main(argv: list[str]) -> int:
         print(f"cannot start a local Slurm cluster: {why}", file=sys.stderr)
         return 1
     base = Path(argv[1]) if len(argv) > 1 else Path(tempfile.mkdtemp(prefix="jaxlaunch-slurm-"))
-    cluster = LocalSlurmCluster(base)
+    cluster = LocalSlurmCluster(base, nodes=int(argv[2]) if len(argv) > 2 else 8)
     cluster.start()
     print(f"local Slurm cluster '{cluster.cluster_name}' up in {cluster.start_seconds:.1f}s, files in {base}")
     print(f"munge: {'own munged at ' + cluster.munge_socket if cluster.munge_socket else 'reusing running munged'}")

@@ -28,6 +28,12 @@ def wait_for_file(path: Path, timeout: float, process=None) -> float:
     return path.stat().st_mtime
 
 
+def control_records(run_dir: Path, kind: str) -> dict[int, dict]:
+    """What the ranks told the supervisor in the last attempt (logs/control.json), by rank."""
+    records = json.loads((Path(run_dir) / "logs" / "control.json").read_text())
+    return {record["rank"]: record for record in records[kind]}
+
+
 def rank_pid(run_dir: Path, rank: int) -> int:
     """The PID of `rank`, found by the run directory and the rank in its environment."""
     for variable in ("OMPI_COMM_WORLD_RANK", "PMIX_RANK"):

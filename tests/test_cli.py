@@ -97,7 +97,7 @@ def test_print_spec_shows_each_resolved_value_with_its_type_and_runs_nothing(wri
                      "jax_distributed = False  (bool)", "run_dir = None  (null)", "slurm.launch = 'mpirun'  (str)",
                      "setup = []  (list)"):
         assert expected in lines
-    assert len(lines) == 33
+    assert len(lines) == 34
     assert not (tmp_path / "run").exists()
 
 

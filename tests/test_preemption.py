@@ -8,7 +8,7 @@ import signal
 import pytest
 
 from conftest import JOBS, jaxlaunch
-from supervision_helpers import rank_pid, wait_for_file
+from supervision_helpers import control_records, rank_pid, wait_for_file
 from preemption_helpers import (TRAIN, TRAIN_SETTINGS, assert_same_training, events, load_result,
                                 reference_result, start, wait_for_checkpoint)
 
@@ -32,7 +32,7 @@ def test_sigusr2_checkpoints_and_resume_is_bit_identical(reference, tmp_path):
     assert status["state"] == "PREEMPTED" and status["exit_code"] == 75
     stopped_at = max(int(p.name.split("-")[1]) for p in (run_dir / "checkpoints").glob("step-*"))
     assert 20 < stopped_at < 80  # a checkpoint at the agreed step, not only the periodic one
-    dones = [json.loads((run_dir / "control" / f"done-rank-{r}.json").read_text()) for r in (0, 1)]
+    dones = control_records(run_dir, "done")
     assert dones[0]["stopped"]["call"] == dones[1]["stopped"]["call"]  # the same step on both ranks
     assert "supervisor" in dones[0]["stopped"]["sources"]
 
@@ -80,18 +80,18 @@ def test_usr2_to_one_rank_stops_every_rank_at_the_same_step(tmp_path):
     os.kill(rank_pid(run_dir, 1), signal.SIGUSR2)
     out, err = process.communicate(timeout=60)
     assert process.returncode == 75, err
-    dones = [json.loads((run_dir / "control" / f"done-rank-{r}.json").read_text()) for r in (0, 1)]
+    dones = control_records(run_dir, "done")
     assert dones[0]["stopped"]["call"] == dones[1]["stopped"]["call"]
     assert dones[0]["stopped"]["sources"] == ["SIGUSR2"]
-    assert json.loads((run_dir / "control" / "notice-rank-1.json").read_text())["sources"] == ["SIGUSR2"]
-    assert not (run_dir / "control" / "notice-rank-0.json").exists()
+    notices = control_records(run_dir, "notice")
+    assert notices[1]["sources"] == ["SIGUSR2"] and 0 not in notices
 
 
 def test_a_job_that_never_checks_ignores_the_notice_and_completes(tmp_path):
     """SIGUSR2 never kills a rank: a job without should_stop() just finishes."""
     run_dir = tmp_path / "run"
     process = start("run", JOBS / "normalize.yaml", "--run-dir", run_dir)
-    wait_for_file(run_dir / "control" / "started-rank-1.json", 60, process)
+    wait_for_file(run_dir / "logs" / "rank-1.log", 60, process)
     process.send_signal(signal.SIGUSR2)
     os.kill(rank_pid(run_dir, 0), signal.SIGUSR2)
     out, err = process.communicate(timeout=120)

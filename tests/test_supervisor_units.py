@@ -1,9 +1,10 @@
 """The supervisor's decisions, fast: a small Python script stands in for mpirun and its ranks (it
-writes the files real ranks write: done, abort and error records, result.json), so each test runs
+speaks the control protocol as real ranks do, and writes their error records and result.json), so each test runs
 the real Supervisor loop in well under a second, without MPI or JAX. Also the requeue decisions
 (requeue.py) with a made-up `scontrol show job` record, and the rank side of notices and early
 exits (monitor.py, preemption.py) with a made-up collective tracker."""
 
+import dataclasses
 import importlib
 import json
 import os
@@ -27,10 +28,13 @@ from launcher.supervisor.supervise import Outcome, Supervisor, describe_outcome,
 
 supervise = importlib.import_module("launcher.supervisor.supervise")  # the package exports a function by that name
 
-# Stands in for `mpirun ... bootstrap`: argv[1] says how the "ranks" behave this attempt.
+# Stands in for `mpirun ... bootstrap`: argv[1] says how the "ranks" behave this attempt. Each
+# fake rank speaks the real control protocol (launcher/control.py) to the supervisor.
 FAKE_LAUNCHER = r'''
 import json, os, signal, sys, time
 from pathlib import Path
+
+from launcher.control import ControlClient
 
 run = Path(os.environ["JAXLAUNCH_RUN_DIR"])
 ranks = int(os.environ["FAKE_RANKS"])
@@ -38,6 +42,7 @@ attempt = int(os.environ["JAXLAUNCH_ATTEMPT"])
 mode = sys.argv[1]
 if mode == "fail_first":
     mode = "fail" if attempt == 0 else "complete"
+clients = {rank: ControlClient.from_env(rank) for rank in range(ranks)}
 
 
 def write(path, value):
@@ -53,8 +58,8 @@ print(f"fake launcher: attempt {attempt}, {mode}", flush=True)
 
 
 def done(rank, collectives=3, stopped=None):
-    write(run / "control" / f"done-rank-{rank}.json",
-          {"rank": rank, "collectives": collectives, "time": time.time(), "stopped": stopped})
+    clients[rank].send("done", {"collectives": collectives, "time": time.time(), "stopped": stopped})
+    clients[rank].close()
 
 
 if mode == "complete":
@@ -66,10 +71,11 @@ elif mode == "stop":  # every rank stopped at the agreed should_stop() and check
         done(rank, stopped={"sources": ["supervisor"], "call": 4, "time": time.time()})
 elif mode == "wait_for_notice":  # checkpoint and stop once the supervisor passes a notice on
     deadline = time.monotonic() + 20
-    while not (run / "control" / "preempt.json").exists():
-        if time.monotonic() > deadline:
-            sys.exit("no notice came within 20 s")
-        time.sleep(0.02)
+    for rank in range(ranks):
+        while not any(m["kind"] == "preempt" for m in clients[rank].receive(0.05)):
+            if time.monotonic() > deadline:
+                sys.exit("no notice came within 20 s")
+        write(run / f"notice-{rank}.json", {"rank": rank})
     for rank in range(ranks):
         done(rank, stopped={"sources": ["supervisor"], "call": 4, "time": time.time()})
 elif mode == "half_stopped":  # rank 0 stopped at a should_stop(), rank 1 returned as if done
@@ -77,8 +83,7 @@ elif mode == "half_stopped":  # rank 0 stopped at a should_stop(), rank 1 return
     done(1)
 elif mode == "one_vanished":  # rank 0 finished and wrote the result; rank 1 started, never finished
     for rank in range(ranks):
-        write(run / "control" / f"started-rank-{rank}.json",
-              {"rank": rank, "host": f"node{rank + 1}", "pid": os.getpid(), "time": time.time()})
+        clients[rank].send("started", {"host": f"node{rank + 1}", "pid": os.getpid(), "time": time.time()})
     done(0)
     write(run / "result.json", {"attempt": attempt})
 elif mode == "fail":
@@ -86,20 +91,25 @@ elif mode == "fail":
           {"rank": 1, "host": "node2", "time": time.time(), "exit_code": 1, "signal": None,
            "error": f"RuntimeError: attempt {attempt} fails", "traceback": "Traceback ..."})
     sys.exit(1)
-elif mode in ("left_early", "collective_timeout"):  # a rank's monitor asks for the stop
-    if mode == "left_early":
-        done(1, collectives=1)
-    write(run / "control" / "abort-rank-0.json",
-          {"rank": 0, "host": "node1", "reason": mode, "time": time.time(),
-           "message": "rank 1 left main after 1 collectives, while rank 0 waits in allreduce #2"
-                      if mode == "left_early" else "allreduce #2 on rank 0 waited 4 s, past collective_timeout=3 s",
-           "collective": {"seq": 2, "name": "allreduce", "seconds": 4.0},
-           "culprit": 1 if mode == "left_early" else None})
+elif mode == "left_early":  # rank 1 left main after 1 collective; rank 0 waits in #2
+    done(1, collectives=1)
+    clients[0].send("waiting", {"seq": 2, "name": "allreduce", "since": time.time() - 1})
+    time.sleep(60)
+elif mode == "collective_timeout":  # rank 0's watchdog asks for the stop
+    clients[0].send("waiting", {"seq": 2, "name": "allreduce", "since": time.time() - 4})
+    clients[0].send("abort", {"host": "node1", "reason": mode, "time": time.time(),
+                              "message": "allreduce #2 on rank 0 waited 4 s, past collective_timeout=3 s",
+                              "collective": {"seq": 2, "name": "allreduce", "seconds": 4.0}, "culprit": None})
     time.sleep(60)
 elif mode == "cancel_me":  # as scancel does: SIGTERM to the supervisor
     os.kill(os.getppid(), signal.SIGTERM)
     time.sleep(60)
 elif mode == "hang":
+    time.sleep(60)
+elif mode == "hang_after_a_rank_died":  # as prterun once did after ranks died in MPI_Init
+    print("prterun detected that one or more processes exited with non-zero status,\n"
+          "thus causing the job to be terminated. The first process to do so was:\n\n"
+          "   Process name: [prterun-vm-22377@1,1]\n   Exit code:    14", flush=True)
     time.sleep(60)
 else:
     sys.exit(f"unknown mode {mode}")
@@ -115,7 +125,7 @@ def fake_launcher(tmp_path_factory):
 
 @pytest.fixture(autouse=True)
 def quick_stops(monkeypatch):
-    """The fake ranks never answer stop.json: do not wait the real 3 s for their stacks."""
+    """The fake ranks never answer a stop request: do not wait the real 3 s for their stacks."""
     monkeypatch.setattr(supervise, "ANSWER_SECONDS", 0.2)
 
 
@@ -187,11 +197,23 @@ def test_a_ranks_stop_request_ends_the_job_in_its_state(fake_launcher, tmp_path,
 
 def test_the_earliest_stop_request_is_the_reason(tmp_path):
     spec, run = make_run(tmp_path)
-    run.control.mkdir()
+    sup = Supervisor(spec, run, [], {})
     for rank, reason, at in ((0, "collective_timeout", 20.0), (1, "left_early", 10.0), (2, "collective_timeout", 30.0)):
-        (run.control / f"abort-rank-{rank}.json").write_text(json.dumps(
-            {"rank": rank, "reason": reason, "message": f"rank {rank}'s request", "time": at}))
-    assert Supervisor(spec, run, [], {})._why_stop() == ("left_early", "rank 1's request")
+        sup.channel._records["abort"][rank] = {"rank": rank, "reason": reason, "message": f"rank {rank}'s request",
+                                               "time": at}
+    assert sup._why_stop() == ("left_early", "rank 1's request")
+
+
+def test_a_launcher_that_hangs_after_reporting_a_dead_rank_is_ended(fake_launcher, tmp_path, monkeypatch):
+    monkeypatch.setattr(supervise, "LAUNCHER_EXIT_SECONDS", 0.5)
+    spec, run = make_run(tmp_path)
+    started = time.monotonic()
+    outcome = supervisor(fake_launcher, spec, run, "hang_after_a_rank_died").supervise()
+    assert time.monotonic() - started < 20  # not the fake's 60 s
+    assert (outcome.state, outcome.exit_code) == ("FAILED", 1)
+    failure = json.loads(run.failure_file.read_text())
+    assert failure["first_failure"]["rank"] == 1 and failure["first_failure"]["exit_code"] == 14
+    assert any(e["event"] == "launcher_hung" for e in run.read_events())
 
 
 def test_the_spec_timeout_ends_the_job_with_code_124_and_no_restart(fake_launcher, tmp_path):
@@ -320,8 +342,7 @@ def test_a_notice_to_the_supervisor_reaches_the_ranks_and_ends_the_run_preempted
         signal.signal(signal.SIGUSR2, guard)
     assert received == []  # the supervisor's own handler took it
     assert (outcome.state, outcome.exit_code) == ("PREEMPTED", 75)
-    notice = json.loads((run.control / "preempt.json").read_text())
-    assert notice["signal"] == "SIGUSR2" and notice["time"] == sup.notice_time
+    assert sorted(p.name for p in run.path.glob("notice-*.json")) == ["notice-0.json", "notice-1.json"]
     stopped = next(e for e in run.read_events() if e["event"] == "stopped")
     assert stopped["sources"] == ["supervisor"] and stopped["at_agreed_point"] is True
     assert not run.failure_file.exists()
@@ -532,85 +553,143 @@ def fresh_notice(monkeypatch):
     return notice
 
 
-def rank_monitor(tmp_path, waiting, collective_timeout, peers_done=()):
-    """Rank 0's monitor of a 3-rank job while it waits in `waiting`; `peers_done`: (rank, collectives)
-    of peers that returned from main."""
+class FakeClient:
+    """A rank's connection to the supervisor: what the monitor sent, and messages to give it."""
+
+    def __init__(self):
+        self.sent, self.inbox, self.lost = [], [], None
+
+    def send(self, kind, record):
+        self.sent.append((kind, dataclasses.asdict(record) if dataclasses.is_dataclass(record) else record))
+        return True
+
+    def receive(self, timeout):
+        messages, self.inbox = self.inbox, []
+        return messages
+
+    def close(self):
+        pass
+
+
+def rank_monitor(tmp_path, waiting, collective_timeout):
+    """Rank 0's monitor of a 3-rank job while it waits in `waiting` (seq, name, seconds)."""
     run = RunDirectory(tmp_path / "run")
-    run.control.mkdir(parents=True)
     run.logs.mkdir(parents=True)
-    for rank, collectives in peers_done:
-        (run.control / f"done-rank-{rank}.json").write_text(json.dumps(
-            {"rank": rank, "collectives": collectives, "time": time.time(), "stopped": None}))
-    return monitor.RankMonitor(run, 0, 3, collective_timeout, tracker=FakeTracker(waiting))
+    return monitor.RankMonitor(run, 0, 3, collective_timeout, tracker=FakeTracker(waiting), client=FakeClient())
 
 
-def abort_request(mon):
-    path = mon.run.control / "abort-rank-0.json"
-    return json.loads(path.read_text()) if path.exists() else None
+def sent(mon, kind):
+    return [record for k, record in mon.client.sent if k == kind]
 
 
-@pytest.mark.parametrize("collective_timeout", [None, 30])
-def test_a_peer_that_left_main_is_the_cause_with_or_without_collective_timeout(tmp_path, fresh_notice,
-                                                                              collective_timeout):
-    mon = rank_monitor(tmp_path, (2, "allreduce", 1.5), collective_timeout, peers_done=[(1, 1)])
+def waiting_record(rank, seq, name="allreduce", seconds=1.5):
+    return {"rank": rank, "seq": seq, "name": name, "since": time.time() - seconds}
+
+
+def done_record(rank, collectives, at=None):
+    return {"rank": rank, "collectives": collectives, "time": at or time.time(), "stopped": None}
+
+
+def test_a_peer_that_left_main_is_the_cause():
+    request = control.left_early([waiting_record(0, 2)], [done_record(1, 1), done_record(2, 5)])
+    assert request is not None and request.reason == "left_early" and request.culprit == 1 and request.rank == 0
+    assert request.message == "rank 1 left main after 1 collectives, while rank 0 waits in allreduce #2"
+    assert request.collective["seq"] == 2 and 1.4 < request.collective["seconds"] < 3
+
+
+def test_no_peer_is_blamed_that_joined_the_collective_or_when_no_one_waits():
+    assert control.left_early([waiting_record(0, 2)], [done_record(1, 2), done_record(2, 5)]) is None
+    assert control.left_early([], [done_record(1, 1)]) is None
+    assert control.left_early([waiting_record(0, 2)], []) is None
+
+
+def test_a_peer_that_left_main_is_the_cause_even_past_collective_timeout(tmp_path):
+    """Rank 0's watchdog asked for a stop (collective_timeout), but rank 1 left main before that
+    collective: the supervisor names rank 1."""
+    spec, run = make_run(tmp_path, collective_timeout=1)
+    sup = Supervisor(spec, run, [], {})
+    sup.channel._records["abort"][0] = {"rank": 0, "reason": "collective_timeout", "time": time.time(),
+                                        "message": "allreduce #2 on rank 0 waited 2 s, past collective_timeout=1 s"}
+    sup.channel._records["waiting"][0] = waiting_record(0, 2)
+    sup.channel._records["done"][1] = done_record(1, 1)
+    reason, message = sup._why_stop()
+    assert reason == "left_early" and message.startswith("rank 1 left main after 1 collectives")
+    assert sup.channel.abort_requests()[0]["culprit"] == 1
+
+
+def test_a_wait_is_reported_once_after_the_grace(tmp_path, fresh_notice):
+    mon = rank_monitor(tmp_path / "grace", (2, "allreduce", monitor.EARLY_EXIT_GRACE_SECONDS / 2), 30)
     mon.check()
-    request = abort_request(mon)
-    assert request is not None and request["reason"] == "left_early" and request["culprit"] == 1
-    assert request["message"] == "rank 1 left main after 1 collectives, while rank 0 waits in allreduce #2"
-    assert request["collective"] == {"seq": 2, "name": "allreduce", "seconds": 1.5}
-
-
-def test_a_peer_that_left_main_is_the_cause_even_past_collective_timeout(tmp_path, fresh_notice):
-    mon = rank_monitor(tmp_path, (2, "allreduce", 1.5), 1, peers_done=[(1, 1)])
+    assert sent(mon, "waiting") == []
+    mon.tracker.waiting = (2, "allreduce", monitor.EARLY_EXIT_GRACE_SECONDS + 0.5)
     mon.check()
-    assert abort_request(mon)["reason"] == "left_early"
-
-
-def test_no_early_exit_is_reported_within_the_grace_or_for_a_peer_that_joined(tmp_path, fresh_notice):
-    mon = rank_monitor(tmp_path / "grace", (2, "allreduce", monitor.EARLY_EXIT_GRACE_SECONDS / 2), 30,
-                       peers_done=[(1, 1)])
     mon.check()
-    assert abort_request(mon) is None
-    # a peer that made collective #2 before it returned did join it: no one is to blame yet
-    mon = rank_monitor(tmp_path / "joined", (2, "allreduce", 5.0), 30, peers_done=[(1, 2), (2, 5)])
+    [report] = sent(mon, "waiting")
+    assert report["seq"] == 2 and report["name"] == "allreduce" and report["rank"] == 0
+    mon.tracker.waiting = (3, "allreduce", monitor.EARLY_EXIT_GRACE_SECONDS + 0.5)
     mon.check()
-    assert abort_request(mon) is None
+    assert [r["seq"] for r in sent(mon, "waiting")] == [2, 3]
 
 
 def test_the_collective_watchdog_fires_past_collective_timeout_only(tmp_path, fresh_notice):
     mon = rank_monitor(tmp_path / "before", (4, "broadcast", 29.5), 30)
     mon.check()
-    assert abort_request(mon) is None
+    assert sent(mon, "abort") == []
     mon = rank_monitor(tmp_path / "after", (4, "broadcast", 31.0), 30)
     mon.check()
-    request = abort_request(mon)
+    [request] = sent(mon, "abort")
     assert request["reason"] == "collective_timeout" and request["culprit"] is None
     assert request["message"] == "broadcast #4 on rank 0 waited 31 s, past collective_timeout=30 s"
-    (mon.run.control / "abort-rank-0.json").unlink()
+    assert [r["seq"] for r in sent(mon, "waiting")] == [4]  # first, so the supervisor can blame a peer
     mon.check()  # asks once
-    assert abort_request(mon) is None
+    assert len(sent(mon, "abort")) == 1
 
 
 def test_the_monitor_passes_the_supervisors_notice_on_once(tmp_path, fresh_notice):
     mon = rank_monitor(tmp_path, None, None)
     mon.check()
-    assert fresh_notice.sources == 0 and not (mon.run.control / "notice-rank-0.json").exists()
-    (mon.run.control / control.PREEMPT_FILE).write_text(json.dumps({"signal": "SIGUSR2", "time": 1.0}))
+    assert fresh_notice.sources == 0 and sent(mon, "notice") == []
+    mon.on_message({"kind": "preempt", "signal": "SIGUSR2", "time": 1.0})
     mon.check()
     assert fresh_notice.names(fresh_notice.sources) == ["supervisor"]
-    record = json.loads((mon.run.control / "notice-rank-0.json").read_text())
+    [record] = sent(mon, "notice")
     assert record["rank"] == 0 and record["sources"] == ["supervisor"]
     assert not any(e["event"] == "notice" for e in mon.run.read_events())  # the supervisor logs its own
+    mon.on_message({"kind": "preempt", "signal": "SIGUSR2", "time": 2.0})
     mon.check()
-    assert fresh_notice.sources == preemption.SOURCES["supervisor"]
+    assert fresh_notice.sources == preemption.SOURCES["supervisor"] and len(sent(mon, "notice")) == 1
 
 
 def test_a_notice_a_rank_got_itself_is_reported_with_its_sources(tmp_path, fresh_notice):
     mon = rank_monitor(tmp_path, None, None)
     fresh_notice.set("SIGUSR2")
     mon.check()
-    assert json.loads((mon.run.control / "notice-rank-0.json").read_text())["sources"] == ["SIGUSR2"]
+    assert [r["sources"] for r in sent(mon, "notice")] == [["SIGUSR2"]]
     assert [e["source"] for e in mon.run.read_events() if e["event"] == "notice"] == ["SIGUSR2"]
+
+
+def test_a_rank_that_lost_its_supervisor_stops_at_should_stop_then_exits(tmp_path, fresh_notice, monkeypatch):
+    mon = rank_monitor(tmp_path, None, None)
+    mon._dump_fd = os.open(mon.run.rank_log(0), os.O_WRONLY | os.O_CREAT)
+    exits = []
+    monkeypatch.setattr(monitor.os, "_exit", exits.append)
+    clock = [100.0]
+    monkeypatch.setattr(monitor.time, "monotonic", lambda: clock[0])
+    try:
+        mon.client.lost = "the supervisor closed the connection"
+        mon.on_lost()
+        assert fresh_notice.names(fresh_notice.sources) == ["supervisor"] and exits == []
+        clock[0] += monitor.ORPHAN_EXIT_SECONDS - 1
+        mon.on_lost()
+        assert exits == []
+        clock[0] += 2
+        mon.on_lost()
+        assert exits == [monitor.EXIT_ORPHANED]
+    finally:
+        os.close(mon._dump_fd)
+    log = mon.run.rank_log(0).read_text()
+    assert "rank 0 lost its supervisor (the supervisor closed the connection)" in log
+    assert "jaxlaunch: stacks of rank 0 (supervisor_lost)" in log
 
 
 def test_a_notice_keeps_the_time_of_the_first_and_every_source(monkeypatch, fresh_notice):
@@ -650,12 +729,12 @@ def test_a_stop_request_makes_every_rank_answer_and_turns_sigterm_back_into_a_ki
     mon = rank_monitor(tmp_path, (2, "allreduce", 4.0), None)
     mon._dump_fd = os.open(mon.run.rank_log(0), os.O_WRONLY | os.O_CREAT)
     try:
-        (mon.run.control / "stop.json").write_text(json.dumps({"reason": "timeout", "time": 1.0}))
-        mon.check()
+        mon.on_message({"kind": "stop", "reason": "timeout", "time": 1.0})
+        mon.on_message({"kind": "stop", "reason": "timeout", "time": 1.0})  # answered once
     finally:
         os.close(mon._dump_fd)
     assert fresh_notice.stopping
-    state = json.loads(mon.run.rank_state(0).read_text())
+    [state] = sent(mon, "state")
     assert state["rank"] == 0 and state["reason"] == "timeout"
     assert state["waiting_in"] == {"seq": 2, "name": "allreduce", "seconds": 4.0}
     assert "jaxlaunch: stacks of rank 0 (timeout)" in mon.run.rank_log(0).read_text()

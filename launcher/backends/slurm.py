@@ -175,8 +175,12 @@ class SlurmJob(Job):
         status = self.status()
         if not status.requeues:
             return None
-        return (f"requeued {_count(status.requeues, 'time')}: {_count(status.preemptions, 'preemption')}, "
+        line = (f"requeued {_count(status.requeues, 'time')}: {_count(status.preemptions, 'preemption')}, "
                 f"{_count(status.timeouts, 'time limit')}")
+        if status.node_failures or status.excluded_nodes:
+            line += (f", {_count(status.node_failures, 'bad-node requeue')}; excluded nodes: "
+                     f"{', '.join(status.excluded_nodes or []) or 'none'}")
+        return line
 
 
 def _count(n: int, word: str) -> str:

@@ -115,7 +115,8 @@ def main() -> None:
     from mpi4py import MPI  # MPI_Init happens here; JAX is not imported yet
 
     from ..rundir import RunDirectory
-    from .monitor import RankMonitor, write_done
+    from ..control import ControlClient
+    from .monitor import RankMonitor
     from .output import RankOutput
     from .topology import Topology, local_rank_from_env, node_index_from_local_ranks
 
@@ -129,7 +130,7 @@ def main() -> None:
         run = RunDirectory(os.environ[RUN_DIR_ENV])
         output = RankOutput(run.rank_log(rank), rank).start()
         spec = run.read_spec()  # the model only (launcher.spec loads lazily): no YAML loader in the ranks
-        monitor = RankMonitor(run, rank, size, spec.collective_timeout).start()
+        monitor = RankMonitor(run, rank, size, spec.collective_timeout, client=ControlClient.from_env(rank)).start()
 
         local = local_rank_from_env(os.environ)
         if local is None:  # no launcher variable: ask MPI which ranks share this host
@@ -183,7 +184,7 @@ def main() -> None:
         collectives.wait_pending() if collectives else jax.effects_barrier()
         ctx.checkpoints.wait()  # a save still being written: on disk (or its error raised) before the end
         monitor.stop()
-        write_done(run, rank)
+        monitor.finish()
         if NOTICE.agreed is not None:
             # Stopped at the agreed point after a preemption notice: the work is not finished,
             # so there is no result; the run resumes from its checkpoint.

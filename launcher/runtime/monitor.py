@@ -1,20 +1,26 @@
 """The rank's side of supervision: collective tracking, stack dumps, the collective watchdog and
 early-exit detection.
 
-The supervisor (launcher/supervisor/) and the ranks talk through the control channel
-(launcher/control.py: every message's name and shape, for both sides):
+The supervisor (launcher/supervisor/) and the ranks talk over the control channel
+(launcher/control.py: one TCP connection per rank, every message's name and shape):
 - the supervisor asks every rank for its stacks and state before it tears the job down (timeout,
-  signal, watchdog);
+  signal, watchdog), and passes a preemption notice on;
 - a rank says when its entrypoint has returned, with how many launcher collectives it made;
-- a rank asks the supervisor to stop the job: one of its collectives waited past
-  `collective_timeout`, or it waits in a collective that a rank which has already left `main` will
-  never join.
+- a rank says when one of its collectives has waited EARLY_EXIT_GRACE_SECONDS: the supervisor
+  knows which ranks have left `main`, and stops the job if one of them will never join;
+- a rank asks the supervisor to stop the job when one of its collectives waited past
+  `collective_timeout`.
 
-One daemon thread per rank polls the channel a few times a second. It runs while the main thread is
-blocked in MPI or in `block_until_ready`, since both release the GIL. A rank stuck in C code that
-holds the GIL cannot answer; the supervisor then reports it as not answering. faulthandler covers
-crashes (SIGSEGV, SIGABRT, ...) in C, and SIGQUIT dumps every thread's stack on demand
-(`kill -QUIT PID`, as the JVM does), both straight into the rank's log file.
+One daemon thread per rank waits on that connection, waking every POLL_SECONDS to look at the
+collective tracker (memory only: a rank makes no filesystem calls while it waits). It runs while the
+main thread is blocked in MPI or in `block_until_ready`, since both release the GIL. A rank stuck in
+C code that holds the GIL cannot answer; the supervisor then reports it as not answering.
+faulthandler covers crashes (SIGSEGV, SIGABRT, ...) in C, and SIGQUIT dumps every thread's stack on
+demand (`kill -QUIT PID`, as the JVM does), both straight into the rank's log file.
+
+When the connection is lost (the supervisor died), the rank does not run on orphaned: should_stop()
+turns True at once (a job that checks it checkpoints and returns), and ORPHAN_EXIT_SECONDS later the
+rank dumps its stacks and exits.
 
 The collective tracker (tracker.py) is the hot path every launcher collective passes through.
 """
@@ -29,15 +35,18 @@ import threading
 import time
 from pathlib import Path
 
-from ..control import AbortRequest, ControlChannel, NoticeSeen, RankDone, RankStarted
+from ..control import AbortRequest, ControlClient, NoticeSeen, RankDone, RankStarted, RankWaiting
 from . import preemption
 from .topology import node_name
 from .tracker import TRACKER, CollectiveTracker  # noqa: F401  (CollectiveTracker: for callers of this module)
 
 POLL_SECONDS = 0.2
-# A rank waiting in a collective that a finished peer never joined is reported after this long;
-# the short grace lets a peer's last collective land before its done file is read.
+# A collective that waited this long is reported to the supervisor, which stops the job if a rank
+# that has left main will never join it; the grace lets a peer's last collective land first.
 EARLY_EXIT_GRACE_SECONDS = 1.0
+# A rank whose supervisor is gone exits this long after should_stop() turned True for it.
+ORPHAN_EXIT_SECONDS = 15.0
+EXIT_ORPHANED = 75
 DUMP_SIGNAL = signal.SIGQUIT
 
 
@@ -71,33 +80,39 @@ def where_is(thread_id: int) -> str:
 
 
 class RankMonitor:
-    """The per-rank daemon thread described in the module doc."""
+    """The per-rank daemon thread described in the module doc. `client` None: started without a
+    supervisor (no jaxlaunch around it): stacks on SIGQUIT and crashes only."""
 
     def __init__(self, run, rank: int, size: int, collective_timeout: float | None,
-                 tracker: CollectiveTracker = TRACKER):
+                 tracker: CollectiveTracker = TRACKER, client: ControlClient | None = None):
         self.run, self.rank, self.size = run, rank, size
         self.collective_timeout = collective_timeout
         self.tracker = tracker
+        self.client = client
         self.host = node_name(os.environ)
         self.main_thread = threading.main_thread().ident
         self.answered_stop = False
         self.requested_abort = False
         self.reported_notice = False
+        self.reported_wait: int | None = None  # the collective we last told the supervisor about
+        self.lost_at: float | None = None
         self._stop = threading.Event()
         self._dump_fd = None
-        self.channel = ControlChannel(run)
 
     def start(self) -> "RankMonitor":
-        self.channel.prepare()
         # An fd of our own on the log, kept open for the life of the process: faulthandler writes
         # to it from a signal handler, after Python's own file objects may be closed.
         self._dump_fd = os.open(self.run.rank_log(self.rank), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         faulthandler.enable(file=self._dump_fd, all_threads=True)
         faulthandler.register(DUMP_SIGNAL, file=self._dump_fd, all_threads=True, chain=False)
-        self.channel.mark_started(RankStarted(self.rank, self.host, os.getpid(), time.time()))
+        self.send("started", RankStarted(self.rank, self.host, os.getpid(), time.time()))
         self._thread = threading.Thread(target=self._loop, name="jaxlaunch-monitor", daemon=True)
         self._thread.start()
         return self
+
+    def send(self, kind: str, record) -> None:
+        if self.client is not None:
+            self.client.send(kind, record)
 
     def stop(self) -> None:
         """End the thread before the interpreter shuts down: a daemon thread that touches JAX
@@ -107,21 +122,52 @@ class RankMonitor:
         self.report_notice()  # a notice that came after the last poll
         self.tracker.latest = self.tracker._snapshot = None
 
+    def finish(self, tracker: CollectiveTracker | None = None) -> None:
+        """After stop(): say this rank's entrypoint returned, after `tracker.count` collectives;
+        `stopped` says it returned at an agreed preemption stop (should_stop() was True), not at the
+        end of the work. Then close the connection."""
+        tracker = tracker or self.tracker
+        self.send("done", RankDone(self.rank, tracker.count, time.time(), stopped=preemption.NOTICE.agreed))
+        if self.client is not None:
+            self.client.close()
+
     def _loop(self) -> None:
-        while not self._stop.wait(POLL_SECONDS):
+        while not self._stop.is_set():
             try:
+                if self.client is None:
+                    self._stop.wait(POLL_SECONDS)
+                else:
+                    for message in self.client.receive(POLL_SECONDS):
+                        self.on_message(message)
+                    if self.client.lost:
+                        self.on_lost()
                 self.check()
             except Exception as exc:  # noqa: BLE001  (the monitor must never take the rank down)
                 os.write(self._dump_fd, f"jaxlaunch monitor: {exc!r}\n".encode())
 
-    def check(self) -> None:
-        if not self.answered_stop:
-            stop = self.channel.stop_request()
-            if stop is not None:
-                self.answered_stop = preemption.NOTICE.stopping = True
-                self.report_state(stop.get("reason", "stop"))
-        if not preemption.NOTICE.sources & preemption.SOURCES["supervisor"] and self.channel.preempt_noticed():
+    def on_message(self, message: dict) -> None:
+        kind = message.get("kind")
+        if kind == "stop" and not self.answered_stop:
+            self.answered_stop = preemption.NOTICE.stopping = True
+            self.report_state(message.get("reason", "stop"))
+        elif kind == "preempt" and not preemption.NOTICE.sources & preemption.SOURCES["supervisor"]:
             preemption.NOTICE.set("supervisor")
+
+    def on_lost(self) -> None:
+        """The supervisor is gone: stop at the next should_stop(), and exit soon in any case."""
+        now = time.monotonic()
+        if self.lost_at is None:
+            self.lost_at = now
+            os.write(self._dump_fd, (
+                f"jaxlaunch: rank {self.rank} lost its supervisor ({self.client.lost}): should_stop() is True from "
+                f"now on, and the rank exits in {ORPHAN_EXIT_SECONDS:g} s\n").encode())
+            preemption.NOTICE.set("supervisor")
+        elif now - self.lost_at > ORPHAN_EXIT_SECONDS:
+            self.report_state("supervisor_lost")
+            os.write(self._dump_fd, f"jaxlaunch: rank {self.rank} exits: its supervisor is gone\n".encode())
+            os._exit(EXIT_ORPHANED)
+
+    def check(self) -> None:
         self.report_notice()
         if self.requested_abort:
             return
@@ -130,17 +176,10 @@ class RankMonitor:
             return
         seq, name, waited = waiting
         past_timeout = self.collective_timeout is not None and waited > self.collective_timeout
-        # A peer that already left main is the cause, even past collective_timeout (which may be
-        # shorter than the grace): it will never join, and the watchdog would only say "hung".
-        if waited >= EARLY_EXIT_GRACE_SECONDS or past_timeout:
-            for record in self.channel.done():
-                if record.get("collectives", seq) < seq:
-                    peer = record["rank"]
-                    self.request_abort(
-                        "left_early", seq, name, waited,
-                        f"rank {peer} left main after {record['collectives']} collectives, while rank {self.rank} "
-                        f"waits in {name} #{seq}", culprit=peer)
-                    return
+        if (waited >= EARLY_EXIT_GRACE_SECONDS or past_timeout) and self.reported_wait != seq:
+            # The supervisor knows who has left main; it decides whether that peer will never join.
+            self.reported_wait = seq
+            self.send("waiting", RankWaiting(self.rank, seq, name, time.time() - waited))
         if past_timeout:
             self.request_abort("collective_timeout", seq, name, waited,
                                f"{name} #{seq} on rank {self.rank} waited {waited:.0f} s, past collective_timeout="
@@ -150,10 +189,10 @@ class RankMonitor:
         """Tell the supervisor a notice reached this rank, even if the job then dies before it can
         stop (mpirun mode: Slurm's SIGTERM also ends mpirun)."""
         notice = preemption.NOTICE
-        if notice.sources and not self.reported_notice:
+        if notice.sources and not self.reported_notice and self.lost_at is None:
             self.reported_notice = True
             sources = notice.names(notice.sources)
-            self.channel.report_notice(NoticeSeen(self.rank, sources, notice.received))
+            self.send("notice", NoticeSeen(self.rank, sources, notice.received))
             if sources != ["supervisor"]:  # the supervisor logged its own notice
                 self.run.log_event("notice", source=",".join(sources), rank=self.rank, received=notice.received)
 
@@ -169,20 +208,15 @@ class RankMonitor:
         }
 
     def report_state(self, reason: str) -> None:
-        """Dump every thread's stack into the log, then write logs/rank-N.state.json."""
+        """Dump every thread's stack into the log, then tell the supervisor where the main thread
+        is (it writes logs/rank-N.state.json)."""
         header = f"\njaxlaunch: stacks of rank {self.rank} ({reason}); main thread 0x{self.main_thread:016x}\n"
         os.write(self._dump_fd, header.encode())
         faulthandler.dump_traceback(file=self._dump_fd, all_threads=True)
-        self.channel.report_state(self.rank, self.state(reason))
+        self.send("state", self.state(reason))
 
     def request_abort(self, reason, seq, name, waited, message, culprit=None) -> None:
         self.requested_abort = True
-        self.channel.request_abort(AbortRequest(
+        self.send("abort", AbortRequest(
             self.rank, self.host, reason, message, time.time(),
             collective={"seq": seq, "name": name, "seconds": round(waited, 3)}, culprit=culprit))
-
-
-def write_done(run, rank: int, tracker: CollectiveTracker = TRACKER) -> None:
-    """Mark that this rank's entrypoint returned, after `tracker.count` collectives; `stopped` says
-    it returned at an agreed preemption stop (should_stop() was True), not at the end of the work."""
-    ControlChannel(run).mark_done(RankDone(rank, tracker.count, time.time(), stopped=preemption.NOTICE.agreed))

@@ -5,7 +5,7 @@ A notice reaches the ranks in one of three ways (see README, "Preemption"):
 - SIGUSR2 to the rank: `scancel --signal=USR2` (the job steps), or mpirun forwarding it;
 - SIGTERM to the rank, once the job has called `should_stop()` (it can checkpoint): Slurm's
   preemption signals every task with SIGTERM, then SIGKILL after the partition's GraceTime;
-- control/preempt.json, written by the supervisor when IT got SIGUSR2 (sbatch --signal=B:USR2@T
+- a message on the control channel, sent by the supervisor when IT got SIGUSR2 (sbatch --signal=B:USR2@T
   before the time limit, `scancel --batch --signal=USR2`, `kill -USR2` to `jaxlaunch run`). The
   rank's monitor thread (monitor.py) reads it.
 

@@ -16,7 +16,7 @@ import jinja2
 
 from .. import __version__
 from ..launch import RANK_ENV_DEFAULTS, RANK_PROGRAM, mpirun_flags
-from ..runtime.environment import ATTEMPT_ENV, RUN_DIR_ENV
+from ..runtime.environment import ATTEMPT_ENV, CONTROL_ENV, CONTROL_TOKEN_ENV, RUN_DIR_ENV
 from ..spec import JobSpec, format_slurm_time
 
 TEMPLATE = "batch.sh.j2"
@@ -82,6 +82,10 @@ def sbatch_directives(spec: JobSpec, run_dir: Path, workdir: Path, output: Path 
             options.append(("gpus-per-node", slurm.gpus_per_node or spec.processes_per_node * spec.devices_per_process))
     lines = [f"--{key}={quote_sbatch(value)}" for key, value in options if value is not None]
     lines.append("--requeue" if slurm.max_requeues else "--no-requeue")
+    if slurm.max_requeues:
+        # A node failure ends the job step, not the job: the supervisor then requeues it without
+        # that node (launcher/supervisor/nodes.py), where Slurm would requeue it anywhere.
+        lines.append("--no-kill")
     for extra in slurm.extra:
         key, sep, value = extra.partition("=")
         lines.append(f"{key}={quote_sbatch(value)}" if sep else quote_sbatch(key))
@@ -98,8 +102,8 @@ def launch_line(spec: JobSpec, run_dir: Path, python: str, mpirun: str | None, i
     else:
         if mpirun is None:
             raise ValueError("launch: mpirun needs the path of mpirun")
-        # -x: to the ranks on other nodes (the supervisor adds the attempt number)
-        forward = [arg for name in [*exported, ATTEMPT_ENV] for arg in ("-x", name)]
+        # -x: to the ranks on other nodes (the supervisor adds the attempt number and its address)
+        forward = [arg for name in [*exported, ATTEMPT_ENV, CONTROL_ENV, CONTROL_TOKEN_ENV] for arg in ("-x", name)]
         argv = [mpirun, *mpirun_flags(spec.num_processes, is_root, oversubscribe=False), "--map-by", f"ppr:{spec.processes_per_node}:node",
                 *forward, *program]
     return "exec " + shlex.join([python, *SUPERVISOR_PROGRAM, str(run_dir), "--", *argv])

@@ -131,6 +131,9 @@ class SlurmSpec(Record):
                   "checkpoint and requeue: seconds, '2m', ...", 90)
     extra: list[str] = field(STRINGS, "extra #SBATCH directives, each like '--mem=8G'", factory=list,
                              checks=(_directives_are_options,))
+    health_check: str | None = field(
+        Optional(Text()), "a shell command run once on every node before the ranks start; a node where it fails "
+                          "is excluded and the job requeued (counts against max_requeues)", None)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

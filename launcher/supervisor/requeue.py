@@ -11,6 +11,8 @@ count against the limit, so a job that can never finish cannot loop forever.
 from __future__ import annotations
 
 import os
+import signal
+import threading
 import time
 from datetime import datetime
 
@@ -118,13 +120,33 @@ def decide(run: RunDirectory, spec: JobSpec, job_id: str, sources: set[str], che
     return JobState.REQUEUED.value, None, cause
 
 
-def requeue_now(run: RunDirectory, job_id: str, cause: str | None, echo) -> None:
-    run.log_event("requeue", job_id=job_id, cause=cause)
-    error = requeue(job_id)
-    if error is not None:
-        # Slurm may be requeueing it already (a preemption with PreemptMode=REQUEUE).
-        echo(f"jaxlaunch: scontrol requeue {job_id} failed: {error}")
-        run.log_event("requeue_failed", error=error)
+def requeue_now(run: RunDirectory, job_id: str, cause: str | None, echo, exclude: list[str] = ()) -> None:
+    """`scontrol requeue`, then the nodes to leave behind into the job's ExcNodeList: Slurm takes
+    that update only from a pending job, which the requeue makes it at once. The requeue also
+    sends this batch script SIGTERM (ignored until the update is in) and, KillWait later, SIGKILL:
+    so everything else is done before, and the update is one scheduler call."""
+    from . import nodes
+
+    exclude = list(exclude)
+    wanted = nodes.exclusion_list(job_id, exclude) if exclude else None
+    run.log_event("requeue", job_id=job_id, cause=cause, **({"exclude": exclude} if exclude else {}))
+    previous = None
+    if exclude and threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        error = requeue(job_id)
+        if error is not None:
+            # Slurm may be requeueing it already (a preemption with PreemptMode=REQUEUE).
+            echo(f"jaxlaunch: scontrol requeue {job_id} failed: {error}")
+            run.log_event("requeue_failed", error=error)
+        if wanted:
+            problem = nodes.exclude(job_id, wanted)
+            if problem is not None:
+                echo(f"jaxlaunch: could not exclude {', '.join(exclude)} from job {job_id}: {problem}")
+                run.log_event("exclude_failed", nodes=exclude, error=problem)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def limit_failure(run: RunDirectory, spec: JobSpec, requeues: int, cause: str, attempt: int) -> dict:

@@ -2,8 +2,8 @@
 
 Sources, most precise first:
 - logs/rank-N.error.json: a rank's own record of an exception or a non-zero sys.exit;
-- control/abort-rank-N.json: a rank's request to stop the job (collective watchdog, a peer that
-  left `main` early);
+- a rank's request to stop the job over the control channel (collective watchdog), or the
+  supervisor's finding that a peer left `main` early (both in logs/control.json);
 - mpirun's or srun's own messages: a rank killed by a signal (SIGSEGV, SIGKILL from the OOM
   killer) or exiting without MPI_Finalize (os._exit) leaves nothing else behind;
 - logs/rank-N.log: faulthandler's "Fatal Python error" block after a crash in C;

@@ -8,11 +8,11 @@ output, and watches for, whichever comes first:
 - the job's `timeout` (exit code 124, with a hang report);
 - a rank asking for the job to stop (collective watchdog, a rank that left `main` early);
 - SIGTERM, SIGHUP or SIGINT to the supervisor (exit code 128 + signal).
-SIGUSR2 is a preemption notice, not a stop: it is passed to every rank (control/preempt.json),
+SIGUSR2 is a preemption notice, not a stop: it is passed to every rank over the control channel,
 which checkpoint and return at their next agreed `ctx.should_stop()`; the run then ends PREEMPTED
 (locally) or requeues itself (in a Slurm job; see requeue.py).
-Before a stop it asks every rank for its stacks and state (control/stop.json, answered by each
-rank's monitor thread; see launcher/runtime/monitor.py), then ends the launcher's process group and
+Before a stop it asks every rank for its stacks and state (over the control channel, launcher/control.py,
+answered by each rank's monitor thread; see launcher/runtime/monitor.py), then ends the launcher's process group and
 any process of the job that is left on this machine. It writes failure.json and status.json, and
 restarts the whole job up to `max_restarts` times after a failure.
 """
@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import signal
 import subprocess
 import threading
@@ -29,18 +28,21 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
-from ..control import ControlChannel, PreemptNotice, StopRequest
+from ..control import ControlServer, PreemptNotice, StopRequest, control_host, left_early
 from ..rundir import RunDirectory, atomic_write_json
 from ..runtime.environment import ATTEMPT_ENV
 from ..spec import JobSpec
 from ..states import EXIT_COMPLETED, EXIT_FAILED, EXIT_PREEMPTED, EXIT_TIMEOUT, JobState
-from . import requeue, root_cause
+from . import nodes, requeue, root_cause
 from .processes import kill_job_processes
 from .report import describe_outcome, result_text, write_to_stderr
 
 POLL_SECONDS = 0.1
 ANSWER_SECONDS = 3.0      # how long ranks get to dump their stacks before the job is ended
 TERMINATE_SECONDS = 5.0   # SIGTERM to the launcher's process group, then SIGKILL
+# After the launcher reported a rank dead, it must exit within this long: prterun has been seen
+# to hang for good after ranks died in MPI_Init (PMIX_ERR_UNREACH), a job that would never end.
+LAUNCHER_EXIT_SECONDS = 10.0
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 
 NOTICE_SIGNAL = signal.SIGUSR2
@@ -80,7 +82,8 @@ class Supervisor:
         self.resume = resume
         self.notice_time: float | None = None   # when SIGUSR2 reached the supervisor
         self.notice_sent = False
-        self.channel = ControlChannel(run)
+        self.control_host = control_host({**os.environ, **env})
+        self.channel = ControlServer(run, self.control_host)  # one per attempt
         self.requeue_cause: str | None = None
 
     # --- the whole job ---------------------------------------------------------------------
@@ -95,12 +98,18 @@ class Supervisor:
         previous = self._install_signal_handlers()
         try:
             attempt = first
-            while True:
+            failing_check = self._health_check()
+            while not failing_check:
                 self.run.update_status(state="RUNNING", attempts=attempt + 1, restarts=attempt - first,
                                        started=started, attempt_started=time.time())
                 state, failure, stop_reason = self._attempt(attempt)
                 if state == "PREEMPTED":
                     state, failure = self._after_preemption(failure)
+                    break
+                lost = (nodes.lost_nodes(self.slurm_job_id, nodes.allocated_nodes())
+                        if state == "FAILED" and stop_reason is None and self.slurm_job_id is not None else {})
+                if lost:  # the allocation is smaller now: only a requeue can give the job its nodes back
+                    state, failure = self._leave_nodes_behind(lost, "node_failure", failure, attempt)
                     break
                 if (state == "COMPLETED" or stop_reason in NO_RESTART
                         or attempt - first >= self.spec.max_restarts):
@@ -110,6 +119,9 @@ class Supervisor:
                           f"restarts)")
                 self._archive_attempt(attempt)
                 attempt += 1
+            if failing_check:
+                attempt -= 1  # no attempt ran
+                state, failure = self._leave_nodes_behind(failing_check, "health_check", None, first)
         finally:
             self._restore_signal_handlers(previous)
         if state in ("COMPLETED", "PREEMPTED", "REQUEUED"):
@@ -118,8 +130,51 @@ class Supervisor:
         reason = None if failure is None else failure["summary"]
         self.run.update_status(state=state, exit_code=exit_code, ended=time.time(), reason=reason)
         if state == "REQUEUED":
-            requeue.requeue_now(self.run, self.slurm_job_id, self.requeue_cause, self.echo)
-        return Outcome(state, exit_code, failure, attempt + 1, restarts=attempt - first)
+            requeue.requeue_now(self.run, self.slurm_job_id, self.requeue_cause, self.echo,
+                                exclude=self.run.status().excluded_nodes or [])
+        return Outcome(state, exit_code, failure, attempt + 1, restarts=max(0, attempt - first))
+
+    # --- bad nodes (Slurm) -------------------------------------------------------------------
+
+    def _health_check(self) -> dict[str, str]:
+        """{node: why} for the nodes that fail slurm.health_check (run once per batch job)."""
+        command = self.spec.slurm.health_check
+        allocated = nodes.allocated_nodes() if self.slurm_job_id is not None and command else []
+        if not allocated:
+            return {}
+        self.echo(f"jaxlaunch: running the health check on {len(allocated)} node(s)")
+        started = time.time()
+        failing = nodes.health_check(command, allocated)
+        self.run.log_event("health_check", nodes=len(allocated), failed=failing,
+                           seconds=round(time.time() - started, 3))
+        return failing
+
+    def _leave_nodes_behind(self, bad: dict[str, str], cause: str, failure: dict | None, attempt: int
+                            ) -> tuple[str, dict | None]:
+        """Requeue the job without `bad` nodes (node: why): REQUEUED, or FAILED once
+        slurm.max_requeues requeues are spent."""
+        status = self.run.status()
+        excluded = sorted(set(status.excluded_nodes or []) | set(bad))
+        self.run.update_status(excluded_nodes=excluded)
+        self.run.log_event("nodes_left_behind", cause=cause, nodes=bad)
+        listing = "; ".join(f"{node}: {why}" for node, why in sorted(bad.items()))
+        what = "failed the health check" if cause == "health_check" else "failed under the job"
+        if status.requeues >= self.spec.slurm.max_requeues:
+            failure = root_cause.scheduler_failure(
+                reason=cause, attempt=attempt,
+                summary=f"node(s) {what} ({listing}), and slurm.max_requeues={self.spec.slurm.max_requeues} is "
+                        f"spent; excluded so far: {', '.join(excluded)}",
+                fix="ask the cluster's admins about these nodes; resubmit (with --exclude) or raise slurm.max_requeues")
+            atomic_write_json(self.run.failure_file, failure)
+            return "FAILED", failure
+        if failure is not None and self.run.failure_file.exists():
+            self.run.failure_file.rename(self.run.logs / "failure.json")  # the attempt's, kept with its logs
+        self.run.update_status(requeues=status.requeues + 1, node_failures=status.node_failures + 1)
+        self.echo(f"jaxlaunch: node(s) {what} ({listing}); requeueing job {self.slurm_job_id} without them "
+                  f"(requeue {status.requeues + 1} of at most {self.spec.slurm.max_requeues}); it resumes from "
+                  f"its latest checkpoint")
+        self.requeue_cause = cause
+        return "REQUEUED", None
 
     def _continue_earlier_run(self) -> "int | Outcome":
         """Pick up where the run directory's last attempt ended: its logs go to logs/attempt-K/,
@@ -193,7 +248,7 @@ class Supervisor:
             self.stop_signal = signum
 
     def _archive_attempt(self, attempt: int) -> None:
-        """Move this attempt's logs and records to logs/attempt-K/, and clear control/."""
+        """Move this attempt's logs and records to logs/attempt-K/."""
         folder = self.run.logs / f"attempt-{attempt}"
         folder.mkdir(parents=True, exist_ok=True)
         for path in list(self.run.logs.iterdir()):
@@ -201,14 +256,23 @@ class Supervisor:
                 path.rename(folder / path.name)
         if self.run.failure_file.exists():
             self.run.failure_file.rename(folder / "failure.json")
-        shutil.rmtree(self.run.control, ignore_errors=True)
 
     # --- one attempt -----------------------------------------------------------------------
 
     def _attempt(self, attempt: int) -> tuple[str, dict | None, str | None]:
-        self.channel.prepare()
         self.run.logs.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, **self.env, ATTEMPT_ENV: str(attempt)}
+        self.channel = ControlServer(self.run, self.control_host).start()
+        try:
+            return self._run_attempt(attempt)
+        finally:
+            self.channel.close()
+            try:
+                self.channel.save_records()
+            except OSError:
+                pass
+
+    def _run_attempt(self, attempt: int) -> tuple[str, dict | None, str | None]:
+        env = {**os.environ, **self.env, ATTEMPT_ENV: str(attempt), **self.channel.env()}
         process = subprocess.Popen(self.argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                    start_new_session=True)
         launcher_lines: deque[str] = deque(maxlen=400)
@@ -217,6 +281,7 @@ class Supervisor:
                                   args=(process, launcher_lines, first_launcher_line))
         reader.start()
         stop_reason, detail = None, ""
+        seen_lines, rank_reported_dead = 0, None
         while process.poll() is None:
             if self.notice_time is not None and not self.notice_sent:
                 self._send_notice()
@@ -224,10 +289,19 @@ class Supervisor:
             if stop_reason is not None:
                 self._stop_job(process, stop_reason, detail, attempt)
                 break
-            try:  # returns as soon as the launcher exits (Popen polls every <= 50 ms), unlike a sleep
-                process.wait(timeout=POLL_SECONDS)
-            except subprocess.TimeoutExpired:
-                pass
+            if rank_reported_dead is None and len(launcher_lines) != seen_lines:
+                seen_lines = len(launcher_lines)
+                if root_cause.parse_launcher_messages("\n".join(launcher_lines))[0]:
+                    rank_reported_dead = time.monotonic()
+            if rank_reported_dead is not None and time.monotonic() - rank_reported_dead > LAUNCHER_EXIT_SECONDS:
+                self.echo(f"jaxlaunch: the launcher reported a rank dead but did not exit within "
+                          f"{LAUNCHER_EXIT_SECONDS:g} s; ending it")
+                self.run.log_event("launcher_hung", seconds=LAUNCHER_EXIT_SECONDS)
+                self._terminate(process)
+                break
+            # Wakes at once on a rank's message, else after POLL_SECONDS to see if the launcher ended.
+            self.channel.changed.wait(POLL_SECONDS)
+            self.channel.changed.clear()
         process.wait()
         if stop_reason is None and self.stop_signal is not None:
             # The signal reached the launcher too (scancel signals every process of the job) and
@@ -285,6 +359,10 @@ class Supervisor:
             return "cancelled", f"cancelled by {signal.Signals(self.stop_signal).name}"
         if self.deadline is not None and time.monotonic() > self.deadline:
             return "timeout", f"timed out after {self.spec.timeout} s (the spec's timeout)"
+        early = left_early(self.channel.waiting(), self.channel.done())
+        if early is not None:  # a peer that left main is the cause, even past collective_timeout
+            self.channel.note_abort(early)
+            return early.reason, early.message
         requests = self.channel.abort_requests()
         if requests:
             first = min(requests, key=lambda r: r["time"])
@@ -303,7 +381,8 @@ class Supervisor:
             answered |= {d["rank"] for d in self.channel.done()}
             if len(answered) >= self.spec.num_processes:
                 break
-            time.sleep(POLL_SECONDS)
+            self.channel.changed.wait(POLL_SECONDS)
+            self.channel.changed.clear()
         self._terminate(process)
 
     @staticmethod

@@ -1,0 +1,129 @@
+"""Bad nodes left behind, and 16 ranks, on the local 8-node Slurm cluster (`wide` partition).
+
+A node that fails under a job (here: `scontrol update state=down`, as an admin or Slurm's health
+check would) ends the job step; the supervisor requeues the job with that node in its
+ExcNodeList, and the job resumes from its checkpoint elsewhere. The same for a node that fails
+the spec's slurm.health_check before the ranks start."""
+
+import json
+import subprocess
+import time
+
+import pytest
+
+from conftest import JOBS, TEST_JOBS, jaxlaunch
+from preemption_helpers import (TRAIN, TRAIN_SETTINGS, assert_same_training, events, load_result,
+                                reference_result, wait_for_checkpoint)
+from supervision_helpers import assert_no_process_survives
+
+pytestmark = pytest.mark.slurm
+
+WIDE = ["--set", "slurm.partition=wide"]
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    return reference_result(tmp_path_factory)
+
+
+def submit(slurm_env, spec, run_dir, *settings):
+    result = jaxlaunch("submit", spec, *WIDE, *settings, "--parsable", "--run-dir", run_dir, env=slurm_env,
+                       timeout=60)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip()
+
+
+def job_record(slurm_cluster, job_id) -> dict:
+    return slurm_cluster.show_job(job_id) or {}
+
+
+def wait_for_end(slurm_env, job_id, timeout=240):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        rows = jaxlaunch("status", job_id, env=slurm_env).stdout.splitlines()
+        state = rows[2].split()[1] if len(rows) > 2 else ""
+        if state in ("COMPLETED", "FAILED", "TIMEOUT", "CANCELLED"):
+            return state
+        time.sleep(1)
+    raise AssertionError(f"job {job_id} did not end within {timeout} s")
+
+
+def hostnames(slurm_cluster, nodelist) -> list[str]:
+    return slurm_cluster.run("scontrol", "show", "hostnames", nodelist).stdout.split()
+
+
+@pytest.mark.parametrize("launch", ["srun", "mpirun"])
+def test_a_node_failed_mid_job_is_left_behind_and_the_job_completes(slurm_env, slurm_cluster, tmp_path, reference,
+                                                                    launch):
+    run_dir = tmp_path / "run"
+    job_id = submit(slurm_env, TRAIN, run_dir, *TRAIN_SETTINGS, "--set", f"slurm.launch={launch}")
+    wait_for_checkpoint(run_dir, 20)
+    record = job_record(slurm_cluster, job_id)
+    first_nodes = hostnames(slurm_cluster, record["NodeList"])
+    victim = next(node for node in first_nodes if node != record["BatchHost"])  # a rank's node, not ours
+    slurm_cluster.run("scontrol", "update", f"nodename={victim}", "state=down", "reason=jaxlaunch-test")
+    try:
+        assert wait_for_end(slurm_env, job_id) == "COMPLETED"
+    finally:
+        slurm_cluster.run("scontrol", "update", f"nodename={victim}", "state=resume", check=False)
+    assert_same_training(load_result(run_dir), reference)
+    status = json.loads((run_dir / "status.json").read_text())
+    assert status["excluded_nodes"] == [victim] and status["node_failures"] == 1 and status["requeues"] == 1
+    final = job_record(slurm_cluster, job_id)
+    assert victim in hostnames(slurm_cluster, final["ExcNodeList"])
+    assert victim not in hostnames(slurm_cluster, final["NodeList"])
+    timeline = events(run_dir)
+    left = next(e for e in timeline if e["event"] == "nodes_left_behind")
+    assert left["cause"] == "node_failure" and list(left["nodes"]) == [victim]
+    assert next(e for e in timeline if e["event"] == "requeue")["exclude"] == [victim]
+    assert not any(e["event"] in ("exclude_failed", "requeue_failed") for e in timeline)
+    assert next(e for e in timeline if e["event"] == "restored")["step"] >= 20
+    shown = jaxlaunch("status", job_id, env=slurm_env).stdout
+    assert f"excluded nodes: {victim}" in shown and "1 bad-node requeue" in shown
+
+
+def test_a_node_that_fails_the_health_check_is_excluded_before_the_ranks_start(slurm_env, slurm_cluster, tmp_path):
+    """The check fails on whichever node runs it first (a lock directory), once: the job requeues
+    without that node, and its second allocation passes."""
+    run_dir = tmp_path / "run"
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    check = (f'if mkdir {marks}/lock 2>/dev/null; then echo $SLURMD_NODENAME > {marks}/bad; '
+             f'echo "GPU 0 fell off the bus"; exit 1; fi; '
+             f'test "$(cat {marks}/bad 2>/dev/null)" != "$SLURMD_NODENAME"')
+    job_id = submit(slurm_env, JOBS / "normalize.yaml", run_dir, "--set", "nodes=2",
+                    "--set", f"slurm.health_check={check}")
+    assert wait_for_end(slurm_env, job_id, timeout=180) == "COMPLETED"
+    bad = (marks / "bad").read_text().strip()
+    status = json.loads((run_dir / "status.json").read_text())
+    assert status["excluded_nodes"] == [bad] and status["node_failures"] == 1
+    checks = [e for e in events(run_dir) if e["event"] == "health_check"]
+    assert len(checks) == 2 and checks[1]["failed"] == {}
+    assert checks[0]["failed"] == {bad: "health check exited with code 1: GPU 0 fell off the bus"}
+    assert bad not in hostnames(slurm_cluster, job_record(slurm_cluster, job_id)["NodeList"])
+    assert json.loads((run_dir / "result.json").read_text())["processes"] == 2
+
+
+@pytest.mark.parametrize("launch", ["srun", "mpirun"])
+def test_sixteen_ranks_on_eight_nodes_fail_fast_with_the_root_cause(slurm_env, tmp_path, launch):
+    """16 ranks (8 nodes x 2): rank 13 raises while the others wait in allreduce; the job is down
+    in under 10 s with rank 13's traceback as the cause, and no process is left."""
+    run_dir = tmp_path / "run"
+    job_id = submit(slurm_env, TEST_JOBS / "misbehave.yaml", run_dir, "--set", "nodes=8",
+                    "--set", "processes_per_node=2", "--set", "params.how=raise", "--set", "params.rank=13",
+                    "--set", f"slurm.launch={launch}", "--set", "slurm.max_requeues=0")
+    ready = run_dir / "ready-rank-13"
+    deadline = time.monotonic() + 240
+    while not ready.exists():
+        assert time.monotonic() < deadline, "rank 13 never got to fail"
+        time.sleep(0.1)
+    failed_at = ready.stat().st_mtime
+    assert wait_for_end(slurm_env, job_id, timeout=120) == "FAILED"
+    status = json.loads((run_dir / "status.json").read_text())
+    assert status["ended"] - failed_at < 10, (status, failed_at)
+    failure = json.loads((run_dir / "failure.json").read_text())
+    assert failure["first_failure"]["rank"] == 13 and "rank 13 failed on purpose" in failure["first_failure"]["error"]
+    assert sorted(failure["torn_down_ranks"]) == [r for r in range(16) if r != 13]
+    assert_no_process_survives(run_dir, within=10)
+    shown = subprocess.run(["cat", str(run_dir / f"slurm-{job_id}.out")], capture_output=True, text=True).stdout
+    assert "RuntimeError: rank 13 failed on purpose" in shown
