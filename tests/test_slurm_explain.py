@@ -53,7 +53,7 @@ def test_an_unknown_partition_is_refused_naming_the_ones_that_exist(slurm_env, t
     result = jaxlaunch("submit", SPEC, "--set", "slurm.partition=nosuchpartition", "--run-dir", tmp_path / "run",
                        env=slurm_env)
     assert result.returncode == 2
-    assert "partition 'nosuchpartition' does not exist; this cluster has debug, urgent. Fix: --set " \
+    assert "partition 'nosuchpartition' does not exist; this cluster has debug, urgent, wide. Fix: --set " \
            "slurm.partition=NAME with one of them" in result.stderr
     assert not (tmp_path / "run").exists()
 

@@ -127,3 +127,34 @@ def test_sixteen_ranks_on_eight_nodes_fail_fast_with_the_root_cause(slurm_env, t
     assert_no_process_survives(run_dir, within=10)
     shown = subprocess.run(["cat", str(run_dir / f"slurm-{job_id}.out")], capture_output=True, text=True).stdout
     assert "RuntimeError: rank 13 failed on purpose" in shown
+
+
+# --- at scale, outside CI (make test-scale) ---------------------------------------------------------
+
+SIXTEEN = ["--set", "nodes=8", "--set", "processes_per_node=2", "--set", "devices_per_process=1"]
+
+
+@pytest.fixture(scope="module")
+def sixteen_rank_reference(tmp_path_factory):
+    """The training run uninterrupted, locally, on the same 16-rank layout (the reduction order, so
+    the bits, depend on the layout)."""
+    run_dir = tmp_path_factory.mktemp("reference16") / "run"
+    result = jaxlaunch("run", TRAIN, *TRAIN_SETTINGS, *SIXTEEN, "--set", "params.step_seconds=0",
+                       "--run-dir", run_dir, timeout=600)
+    assert result.returncode == 0, result.stderr
+    return load_result(run_dir)
+
+
+@pytest.mark.scale
+@pytest.mark.parametrize("launch", ["srun", "mpirun"])
+def test_sixteen_ranks_preempted_resume_bit_identically(slurm_env, tmp_path, sixteen_rank_reference, launch):
+    run_dir = tmp_path / "run"
+    job_id = submit(slurm_env, TRAIN, run_dir, *TRAIN_SETTINGS, *SIXTEEN, "--set", f"slurm.launch={launch}")
+    wait_for_checkpoint(run_dir, 20, timeout=300)
+    subprocess.run(["scancel", "--batch", "--signal=USR2", job_id], env=slurm_env, check=True, timeout=30)
+    assert wait_for_end(slurm_env, job_id, timeout=600) == "COMPLETED"
+    assert_same_training(load_result(run_dir), sixteen_rank_reference)
+    timeline = events(run_dir)
+    stopped = next(e for e in timeline if e["event"] == "stopped")
+    assert stopped["at_agreed_point"]
+    assert next(e for e in timeline if e["event"] == "restored")["step"] > 20
