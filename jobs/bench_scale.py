@@ -41,7 +41,8 @@ def layout(ranks: int) -> tuple[int, int]:
 
 
 class Cluster:
-    def __init__(self, base: Path, cpus_per_node: int):
+    def __init__(self, base: Path, cpus_per_node: int, rank_env: dict):
+        self.rank_env = rank_env
         sys.path.insert(0, str(ROOT / "tests"))
         from slurm_cluster import LocalSlurmCluster
 
@@ -51,6 +52,7 @@ class Cluster:
 
     def submit(self, run_dir: Path, ranks: int, launch: str, probe: str, *settings: str) -> tuple[str, float]:
         nodes, per_node = layout(ranks)
+        settings = (*settings, *(arg for key, value in self.rank_env.items() for arg in ("--set", f"env.{key}={value}")))
         argv = [self.jaxlaunch, "submit", str(PROBE), "--parsable", "--run-dir", str(run_dir),
                 "--set", f"nodes={nodes}", "--set", f"processes_per_node={per_node}",
                 "--set", "slurm.partition=wide", "--set", f"slurm.launch={launch}",
@@ -68,11 +70,23 @@ class Cluster:
         self.cluster.stop()
 
 
+class ProbeFailed(Exception):
+    """The job ended (or hung) before the probe got where it measures."""
+
+
 def wait_for(path: Path, timeout: float) -> dict:
+    """The probe's file; ProbeFailed when its job ended first (or it never came)."""
     deadline = time.monotonic() + timeout
+    status_file = path.parent / "status.json"
     while not path.exists():
+        try:
+            status = json.loads(status_file.read_text())
+        except (OSError, ValueError):
+            status = {}
+        if status.get("ended"):
+            raise ProbeFailed(f"{path.parent.name} ended {status.get('state')} first: {status.get('reason')}")
         if time.monotonic() > deadline:
-            raise TimeoutError(f"{path} did not appear in {timeout} s")
+            raise ProbeFailed(f"{path.name} did not appear in {timeout:.0f} s")
         time.sleep(0.05)
     return json.loads(path.read_text())
 
@@ -207,7 +221,7 @@ def plot(rows: list[dict], path: Path) -> None:
     figure, axes = plt.subplots(1, len(COLUMNS), figsize=(4 * len(COLUMNS), 3.4))
     for axis, (key, title) in zip(axes, COLUMNS):
         for launch, marker in (("srun", "o"), ("mpirun", "s")):
-            points = [(r["ranks"], r[key]) for r in rows if r["launch"] == launch]
+            points = [(r["ranks"], r[key]) for r in rows if r["launch"] == launch and key in r]
             axis.plot([p[0] for p in points], [p[1] for p in points], marker=marker, label=launch)
         axis.set_xscale("log", base=2)
         axis.set_xticks([r for r in sorted({r["ranks"] for r in rows})])
@@ -225,11 +239,14 @@ def main(ctx):
     launches = list(ctx.params.get("launches", ["srun", "mpirun"]))
     base = Path(tempfile.mkdtemp(prefix="bench-scale-"))
     rows = []
-    cluster = Cluster(base, cpus_per_node=max(layout(n)[1] for n in sizes))
+    cluster = Cluster(base, cpus_per_node=max(layout(n)[1] for n in sizes), rank_env=dict(ctx.params.get("rank_env", {})))
     try:
         for ranks in sizes:
             for launch in launches:
-                row = measure(cluster, base, ranks, launch)
+                try:
+                    row = measure(cluster, base, ranks, launch)
+                except ProbeFailed as exc:  # reported as such, not hidden
+                    row = {"ranks": ranks, "launch": launch, "error": str(exc)}
                 print(json.dumps(row), flush=True)
                 rows.append(row)
     finally:
@@ -237,9 +254,10 @@ def main(ctx):
     server = control_server_at(int(ctx.params.get("connections", 1024)))
     print(json.dumps(server), flush=True)
     report = {"rows": rows, "control_server": server, "host": socket.gethostname(), "cores": os.cpu_count()}
-    out = ROOT / "jobs" / "bench_scale.json"
-    out.write_text(json.dumps(report, indent=1) + "\n")
-    plot(rows, ROOT / "jobs" / "bench_scale.png")
+    name = ctx.params.get("output", "bench_scale")
+    report["rank_env"] = dict(ctx.params.get("rank_env", {}))
+    (ROOT / "jobs" / f"{name}.json").write_text(json.dumps(report, indent=1) + "\n")
+    plot(rows, ROOT / "jobs" / f"{name}.png")
     return report
 
 
