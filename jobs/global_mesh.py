@@ -94,6 +94,7 @@ def main(ctx: launcher.JobContext):
         loss, grads = grad_step(params, x, y)   # XLA's own collectives across the hosts
         losses.append(float(loss))              # replicated: every process holds the global loss
         params = update(params, grads)
+        ctx.report(step, total=steps, loss=losses[-1])
         if step_seconds:
             time.sleep(step_seconds)
         if checkpoint_every and (step + 1) % checkpoint_every == 0:

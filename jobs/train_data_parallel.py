@@ -122,6 +122,7 @@ def main(ctx: launcher.JobContext):
         stacked_params = apply(stacked_params, grads)
         if step_seconds:
             time.sleep(step_seconds)
+        ctx.report(step, total=steps, loss=losses[-1])  # jaxlaunch status: step, rate, ETA, loss
         if step % 20 == 0 or step == steps - 1:
             ctx.logger.info("step %d loss %.6f", step, losses[-1])
         if checkpoint_every and (step + 1) % checkpoint_every == 0 and step + 1 < steps:

@@ -220,19 +220,21 @@ def _print_results_table(sweep_dir) -> None:
 
 
 def _sweep_or_job_ids(ctx, param, value):
-    """Job ids, array ids, or sweep directories (a folder holding sweep.json)."""
+    """Job ids, array ids, sweep directories (a folder holding sweep.json) or run directories."""
     from pathlib import Path
 
     for item in value:
-        if not JOB_ID.fullmatch(item) and not (Path(item) / "sweep.json").is_file():
+        if (not JOB_ID.fullmatch(item) and not (Path(item) / "sweep.json").is_file()
+                and not (Path(item) / "status.json").is_file()):
             raise click.BadParameter(f"{item!r} is not a Slurm job id (a number, e.g. 12345, or 123_4 for an "
-                                     f"array task) nor a sweep directory (a folder with sweep.json)")
+                                     f"array task), a sweep directory (a folder with sweep.json) nor a run "
+                                     f"directory (a folder with status.json)")
     return value
 
 
 @main.command()
-@click.argument("job_ids", nargs=-1, callback=_sweep_or_job_ids, metavar="[JOB_ID|ARRAY_ID|SWEEP_DIR]...")
-@click.option("-v", "--verbose", is_flag=True, help="For a sweep: one row per task.")
+@click.argument("job_ids", nargs=-1, callback=_sweep_or_job_ids, metavar="[JOB_ID|ARRAY_ID|SWEEP_DIR|RUN_DIR]...")
+@click.option("-v", "--verbose", is_flag=True, help="For a sweep: one row per task; for a job: each rank's step time.")
 @_user_errors
 def status(job_ids, verbose):
     """Show state, elapsed time, nodes and run directory of jobs (default: those jaxlaunch submitted,

@@ -56,7 +56,7 @@ CONNECT_SECONDS = 60.0      # a rank keeps trying to reach the supervisor this l
 # TCP keepalive on the ranks' side: a supervisor host that died silently is noticed after
 # IDLE + INTERVAL * COUNT seconds.
 KEEPALIVE = (5, 2, 3)
-RANK_KINDS = ("started", "waiting", "abort", "notice", "state", "done")
+RANK_KINDS = ("started", "waiting", "abort", "notice", "state", "done", "progress")
 
 
 @dataclass
@@ -366,6 +366,8 @@ class ControlServer:
         if kind not in RANK_KINDS:
             return False
         message["rank"] = connection.rank  # a rank speaks only for itself
+        if kind == "progress":
+            self._append_metrics(connection.rank, message)
         if kind == "state":  # on disk before anyone is told it came
             try:
                 atomic_write_json(self.run.rank_state(connection.rank), message)
@@ -376,8 +378,21 @@ class ControlServer:
             if kind == "abort" and connection.rank in kept:
                 return True  # its first request is the one that counts
             kept[connection.rank] = message
-        self.changed.set()
+        if kind != "progress":  # progress is for people: no reason to wake the supervisor's loop
+            self.changed.set()
         return True
+
+    def _append_metrics(self, rank: int, message: dict) -> None:
+        """RUN_DIR/metrics.jsonl: one line per rank-0 report, one per rank per flush (its step time)."""
+        lines = [{"kind": "metrics", "step": r["step"], "time": r["time"], "total": message.get("total"),
+                  "metrics": r["metrics"]} for r in message.get("reports") or []]
+        lines.append({"kind": "rank", "rank": rank, "step": message.get("step"), "time": message.get("time"),
+                      "total": message.get("total"), "step_seconds": message.get("step_seconds")})
+        try:
+            with open(self.run.metrics_file, "a") as out:
+                out.write("".join(json.dumps(line, separators=(",", ":")) + "\n" for line in lines))
+        except OSError:
+            pass  # progress is for people; the job goes on
 
     def _flush(self, connection: _Connection) -> None:
         with self._lock:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from pathlib import Path
 
 from tabulate import tabulate
 
@@ -42,6 +43,18 @@ def local_run_row(job: LocalJob) -> list[str]:
             summary if len(summary) <= 60 else summary[:57] + "..."]
 
 
+def progress_lines(job, name: str, verbose: bool, echo) -> None:
+    """'job 12 step 420/1000 (42%), 12.3 steps/s, ETA 47 s; loss=0.123' (and, verbose, each rank's
+    step time) for a job that reports progress (ctx.report)."""
+    progress = job.progress()
+    if progress is None:
+        return
+    echo(f"{name} {progress.line()}")
+    if verbose:
+        for line in progress.rank_lines():
+            echo(line)
+
+
 def slurm_job_rows(jobs: list[SlurmJob]) -> tuple[list[list[str]], list[SlurmJob]]:
     """(rows JOBID, STATE, ELAPSED/LIMIT, NODES, RUN DIR for the jobs Slurm or the index knows,
     the unknown ones). One batched scheduler query for all of them."""
@@ -76,11 +89,33 @@ def print_status(job_ids: list[str], verbose: bool, echo) -> None:
     from .sweeps.directory import SweepDirectory
 
     slurm = SlurmBackend()
-    ids = list(job_ids) or slurm.known_job_ids()[:20]
-    if not job_ids:
-        local = [local_run_row(job) for job in LocalBackend().recent()]
+    run_dirs = [i for i in job_ids if not is_job_id(i) and not (Path(i) / "sweep.json").is_file()]
+    job_ids = [i for i in job_ids if i not in run_dirs]
+    local_runs = []
+    for folder in run_dirs:  # a run directory: its local run, or the Slurm job that ran in it
+        job = LocalBackend().find(folder)
+        if job.status().backend == "slurm" and job.status().job_id:
+            job_ids.append(job.status().job_id)
+        else:
+            local_runs.append(job)
+    ids = list(job_ids) or ([] if run_dirs else slurm.known_job_ids()[:20])
+    if local_runs:
+        echo(tabulate([local_run_row(job) for job in local_runs], headers=["LOCAL RUN", "STATE", "DURATION", "RESULT"]))
+        for job in local_runs:
+            progress_lines(job, _shown_path(job.run_dir), verbose, echo)
+            if job.state() in EXPLAINED_STATES:
+                for line in job.failure_lines():
+                    echo(f"{_shown_path(job.run_dir)} {line}")
+        if ids:
+            echo("")
+    if not job_ids and not run_dirs:
+        recent = LocalBackend().recent()
+        local = [local_run_row(job) for job in recent]
         if local:
             echo(tabulate(local, headers=["LOCAL RUN", "STATE", "DURATION", "RESULT"]))
+            for job in recent:
+                if not job.state().final:
+                    progress_lines(job, _shown_path(job.run_dir), verbose, echo)
             if ids:
                 echo("")
         elif not ids:
@@ -107,6 +142,8 @@ def print_status(job_ids: list[str], verbose: bool, echo) -> None:
         requeued = job.requeue_line()
         if requeued:
             echo(f"job {job.id} {requeued}")
+        if job_ids or not job.state().final:
+            progress_lines(job, f"job {job.id}", verbose, echo)
         if job_ids and job.state() in EXPLAINED_STATES:  # explain the jobs asked about
             for line in job.failure_lines():
                 echo(f"job {job.id} {line}")

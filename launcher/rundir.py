@@ -11,6 +11,7 @@ Layout (the same for local runs and Slurm jobs):
     logs/control.json   every message the ranks sent the supervisor in this attempt (launcher/control.py)
     failure.json        the root cause of a failed, timed-out or cancelled job (schema in README)
     checkpoints/step-N/ what ctx.checkpoints.save wrote (launcher/runtime/checkpoints.py)
+    metrics.jsonl       ctx.report's progress: rank 0's metrics and every rank's step time (appended)
     events.jsonl        the run's timeline: notices, checkpoints, requeues, resumes
     result.json         what the entrypoint returned on rank 0 (arrays in result.npz)
 """
@@ -85,6 +86,7 @@ class RunDirectory:
     result_file = property(lambda self: self.path / "result.json")
     arrays_file = property(lambda self: self.path / "result.npz")
     logs = property(lambda self: self.path / "logs")
+    metrics_file = property(lambda self: self.path / "metrics.jsonl")
     control_records = property(lambda self: self.path / "logs" / "control.json")
     failure_file = property(lambda self: self.path / "failure.json")
     launcher_log = property(lambda self: self.path / "logs" / "launcher.log")

@@ -240,3 +240,21 @@ def test_the_overhead_benchmark_runs_as_the_readme_quotes_it(slurm_env, tmp_path
     assert set(bench["medians"]["submit"]) == {"sbatch", "jaxlaunch submit"}
     assert all(seconds > 0 for pair in bench["medians"].values() for seconds in pair.values())
     assert "| submit: sbatch vs jaxlaunch submit |" in result.stdout
+
+
+def test_status_shows_the_progress_of_a_running_slurm_job(slurm_env, tmp_path):
+    run_dir = tmp_path / "run"
+    submitted = run_ok("submit", JOBS / "train_data_parallel.yaml", "--set", "params.steps=80",
+                       "--set", "params.step_seconds=0.1", "--parsable", "--run-dir", run_dir, env=slurm_env)
+    job_id = submitted.stdout.strip()
+    deadline = time.monotonic() + 120
+    shown = ""
+    while "steps/s" not in shown:
+        assert time.monotonic() < deadline, shown
+        time.sleep(0.5)
+        shown = jaxlaunch("status", job_id, "-v", env=slurm_env).stdout
+    print(shown)
+    assert f"job {job_id} step " in shown and "/80 (" in shown and "ETA" in shown and "loss=" in shown
+    assert "rank 0:" in shown and "rank 1:" in shown
+    assert "RUNNING" in shown
+    run_ok("cancel", job_id, env=slurm_env)

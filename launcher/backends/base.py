@@ -42,6 +42,19 @@ class Job(ABC):
     def state(self) -> JobState:
         """The job's state now."""
 
+    def progress(self):
+        """How far the job has got (launcher.progress.Progress: step, total, steps_per_second,
+        eta_seconds, metrics, rank_step_seconds), from its ctx.report calls; None before the first."""
+        from ..progress import progress
+
+        return None if self.run is None else progress(self.run.path)
+
+    def metrics(self) -> list[dict]:
+        """Every report of rank 0: [{'step', 'time', **metrics}], oldest first (over restarts)."""
+        from ..progress import metrics
+
+        return [] if self.run is None else metrics(self.run.path)
+
     def done(self) -> bool:
         return self.state().final
 

@@ -170,7 +170,8 @@ def main() -> None:
                          params=dict(spec.params), attempt=int(os.environ.get(ATTEMPT_ENV, "0")),
                          checkpoints=Checkpoints(run.path / "checkpoints", keep=spec.keep_checkpoints, rank=rank,
                                                  comm=comm.Clone(), devices=devices, mesh=mesh,
-                                                 asynchronous=spec.async_checkpoints))
+                                                 asynchronous=spec.async_checkpoints),
+                         progress=monitor.progress)
         function = load_entrypoint(spec.entrypoint)
         started = time.perf_counter()
         try:

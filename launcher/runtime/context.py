@@ -25,6 +25,15 @@ class JobContext:
     attempt: int = 0           # 0 on the first attempt; +1 for each restart, requeue or --resume
     logger: logging.Logger = field(default_factory=lambda: logging.getLogger("jaxlaunch.job"))
     checkpoints: Any = None    # launcher.runtime.checkpoints.Checkpoints over RUN_DIR/checkpoints
+    progress: Any = None       # launcher.runtime.progress.ProgressReporter (ctx.report)
+
+    def report(self, step: int, total: int | None = None, **metrics) -> None:
+        """Say how far the job has got: `ctx.report(step, loss=loss, total=steps)` on every rank,
+        once per step (rank 0's metrics are kept; every rank's step time is). Cheap: no collective,
+        no I/O, no device sync (a jax scalar is converted later, off the job's thread). Shown by
+        `jaxlaunch status`, `job.progress()`, and kept in RUN_DIR/metrics.jsonl."""
+        if self.progress is not None:
+            self.progress.report(step, total, **metrics)
 
     def should_stop(self) -> bool:
         """True on every rank at the same call once any rank got a preemption notice (Slurm's

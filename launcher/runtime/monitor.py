@@ -37,6 +37,7 @@ from pathlib import Path
 
 from ..control import AbortRequest, ControlClient, NoticeSeen, RankDone, RankStarted, RankWaiting
 from . import preemption
+from .progress import FLUSH_SECONDS, ProgressReporter
 from .topology import node_name
 from .tracker import TRACKER, CollectiveTracker  # noqa: F401  (CollectiveTracker: for callers of this module)
 
@@ -96,6 +97,8 @@ class RankMonitor:
         self.reported_notice = False
         self.reported_wait: int | None = None  # the collective we last told the supervisor about
         self.lost_at: float | None = None
+        self.progress = ProgressReporter(rank)
+        self._next_flush = time.monotonic() + FLUSH_SECONDS
         self._stop = threading.Event()
         self._dump_fd = None
 
@@ -127,6 +130,7 @@ class RankMonitor:
         `stopped` says it returned at an agreed preemption stop (should_stop() was True), not at the
         end of the work. Then close the connection."""
         tracker = tracker or self.tracker
+        self.flush_progress()
         self.send("done", RankDone(self.rank, tracker.count, time.time(), stopped=preemption.NOTICE.agreed))
         if self.client is not None:
             self.client.close()
@@ -142,8 +146,16 @@ class RankMonitor:
                     if self.client.lost:
                         self.on_lost()
                 self.check()
+                if time.monotonic() >= self._next_flush:
+                    self._next_flush = time.monotonic() + FLUSH_SECONDS
+                    self.flush_progress()
             except Exception as exc:  # noqa: BLE001  (the monitor must never take the rank down)
                 os.write(self._dump_fd, f"jaxlaunch monitor: {exc!r}\n".encode())
+
+    def flush_progress(self) -> None:
+        message = self.progress.take()
+        if message is not None:
+            self.send("progress", message)
 
     def on_message(self, message: dict) -> None:
         kind = message.get("kind")

@@ -45,15 +45,13 @@ def allocated_nodes(env=os.environ) -> list[str]:
         return []
 
 
-def lost_nodes(job_id: str, allocated: list[str]) -> dict[str, str]:
-    """{node: why} for the nodes of `allocated` that failed under the job: gone from its allocation
-    (Slurm removes a failed node from a --no-kill job) or in a bad state now."""
+def lost_nodes(record: dict, allocated: list[str]) -> dict[str, str]:
+    """{node: why} for the nodes of `allocated` that failed under the job (`record`: its `scontrol
+    show job`): gone from its allocation (Slurm removes a failed node from a --no-kill job) or in a
+    bad state now."""
     if not allocated:
         return {}
-    from .requeue import job_record
-
     lost = {}
-    record = job_record(job_id)
     if record.get("NodeList"):
         try:
             now = set(hostnames(record["NodeList"]))
@@ -75,11 +73,9 @@ def lost_nodes(job_id: str, allocated: list[str]) -> dict[str, str]:
     return lost
 
 
-def exclusion_list(job_id: str, nodes: list[str]) -> str:
-    """The job's ExcNodeList with `nodes` added (asked while the job still runs)."""
-    from .requeue import job_record
-
-    had = job_record(job_id).get("ExcNodeList", "")
+def exclusion_list(record: dict, nodes: list[str]) -> str:
+    """The job's ExcNodeList (`record`: its `scontrol show job`) with `nodes` added."""
+    had = record.get("ExcNodeList", "")
     return ",".join([*([had] if had and had not in ("(null)", "None") else []), *nodes])
 
 

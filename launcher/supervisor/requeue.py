@@ -22,7 +22,7 @@ from ..runtime.checkpoints import Checkpoints
 from ..slurm import scheduler
 from ..spec import JobSpec
 from ..states import EXIT_FAILED, JobState
-from . import root_cause
+from . import nodes, root_cause
 
 JOB_ID_ENV = "SLURM_JOB_ID"
 RESTART_COUNT_ENV = "SLURM_RESTART_COUNT"
@@ -125,10 +125,9 @@ def requeue_now(run: RunDirectory, job_id: str, cause: str | None, echo, exclude
     that update only from a pending job, which the requeue makes it at once. The requeue also
     sends this batch script SIGTERM (ignored until the update is in) and, KillWait later, SIGKILL:
     so everything else is done before, and the update is one scheduler call."""
-    from . import nodes
 
     exclude = list(exclude)
-    wanted = nodes.exclusion_list(job_id, exclude) if exclude else None
+    wanted = nodes.exclusion_list(job_record(job_id), exclude) if exclude else None
     run.log_event("requeue", job_id=job_id, cause=cause, **({"exclude": exclude} if exclude else {}))
     previous = None
     if exclude and threading.current_thread() is threading.main_thread():

@@ -106,7 +106,7 @@ class Supervisor:
                 if state == "PREEMPTED":
                     state, failure = self._after_preemption(failure)
                     break
-                lost = (nodes.lost_nodes(self.slurm_job_id, nodes.allocated_nodes())
+                lost = (nodes.lost_nodes(requeue.job_record(self.slurm_job_id), nodes.allocated_nodes())
                         if state == "FAILED" and stop_reason is None and self.slurm_job_id is not None else {})
                 if lost:  # the allocation is smaller now: only a requeue can give the job its nodes back
                     state, failure = self._leave_nodes_behind(lost, "node_failure", failure, attempt)

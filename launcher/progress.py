@@ -1,0 +1,115 @@
+"""How far a job has got, from RUN_DIR/metrics.jsonl (written by the supervisor from the ranks'
+`ctx.report` calls; see launcher/runtime/progress.py): the step, the rate, the ETA, the latest
+metrics and each rank's step time. The CLI's `status` and the API's `job.progress()` /
+`job.metrics()` read it."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+
+RATE_WINDOW = 50          # steps per second over (at most) the last this many reports
+TAIL_BYTES = 1 << 20      # status reads at most the last MiB of metrics.jsonl
+
+
+@dataclass
+class Progress:
+    step: int
+    total: int | None
+    time: float                         # of the latest report
+    steps_per_second: float | None
+    eta_seconds: float | None
+    metrics: dict = field(default_factory=dict)          # the latest of rank 0's metrics
+    rank_step_seconds: dict = field(default_factory=dict)  # rank -> its latest step time
+
+    def line(self) -> str:
+        """'step 420/1000 (42%), 12.3 steps/s, ETA 47 s; loss=0.123'"""
+        where = f"step {self.step}" + (f"/{self.total} ({100 * self.step / self.total:.0f}%)" if self.total else "")
+        parts = [where]
+        if self.steps_per_second:
+            parts.append(f"{self.steps_per_second:.3g} steps/s")
+        if self.eta_seconds is not None:
+            parts.append(f"ETA {format_seconds(self.eta_seconds)}")
+        text = ", ".join(parts)
+        if self.metrics:
+            text += "; " + " ".join(f"{k}={_short(v)}" for k, v in self.metrics.items())
+        return text
+
+    def rank_lines(self) -> list[str]:
+        return [f"  rank {rank}: {seconds * 1e3:.2f} ms/step" for rank, seconds in sorted(self.rank_step_seconds.items())]
+
+
+def format_seconds(seconds: float) -> str:
+    seconds = max(0, int(round(seconds)))
+    if seconds < 120:
+        return f"{seconds} s"
+    if seconds < 7200:
+        return f"{seconds // 60} min {seconds % 60:02d} s"
+    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
+
+
+def _short(value) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def read_lines(path: Path, tail_bytes: int | None = None) -> list[dict]:
+    try:
+        with open(path, "rb") as source:
+            if tail_bytes is not None:
+                source.seek(0, 2)
+                size = source.tell()
+                source.seek(max(0, size - tail_bytes))
+            data = source.read()
+    except OSError:
+        return []
+    lines = data.decode(errors="replace").splitlines()
+    if tail_bytes is not None and len(data) >= tail_bytes:
+        lines = lines[1:]  # the first may be cut
+    out = []
+    for line in lines:
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue  # a line being written
+    return out
+
+
+def metrics(run_dir) -> list[dict]:
+    """Every rank-0 report: {'step', 'time', **metrics}, oldest first."""
+    return [{"step": r["step"], "time": r["time"], **r.get("metrics", {})}
+            for r in read_lines(Path(run_dir) / "metrics.jsonl") if r.get("kind") == "metrics"]
+
+
+def progress(run_dir) -> Progress | None:
+    """The job's progress now, or None before its first report."""
+    lines = read_lines(Path(run_dir) / "metrics.jsonl", TAIL_BYTES)
+    reports = [r for r in lines if r.get("kind") == "metrics"]
+    ranks = {}
+    total = None
+    for line in lines:
+        if line.get("kind") == "rank":
+            if line.get("step_seconds") is not None:
+                ranks[line["rank"]] = line["step_seconds"]
+        if line.get("total") is not None:
+            total = line["total"]
+    latest = reports[-1] if reports else max((r for r in lines if r.get("kind") == "rank"),
+                                             key=lambda r: r.get("step") or 0, default=None)
+    if latest is None:
+        return None
+    rate = None
+    window = [r for r in reports[-RATE_WINDOW:]]
+    # Only since the latest restart: steps go back after a resume.
+    while len(window) > 1 and any(b["step"] < a["step"] for a, b in zip(window, window[1:])):
+        cut = max(i for i, (a, b) in enumerate(zip(window, window[1:])) if b["step"] < a["step"])
+        window = window[cut + 1:]
+    if len(window) > 1 and window[-1]["time"] > window[0]["time"]:
+        rate = (window[-1]["step"] - window[0]["step"]) / (window[-1]["time"] - window[0]["time"])
+    elif ranks:
+        rate = 1 / statistics.median(ranks.values()) if statistics.median(ranks.values()) > 0 else None
+    step = latest["step"]
+    eta = (total - step - 1) / rate if total and rate else None
+    return Progress(step=step, total=total, time=latest["time"], steps_per_second=rate,
+                    eta_seconds=None if eta is None else max(0.0, eta),
+                    metrics=dict(latest.get("metrics", {})), rank_step_seconds=ranks)

@@ -1,0 +1,111 @@
+"""ctx.report and what reads it: the rank's buffer (launcher/runtime/progress.py), the lines the
+supervisor appends to metrics.jsonl, and status/progress/metrics on the user side (launcher/progress.py);
+end to end with a running local job."""
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import JOBS, jaxlaunch
+from launcher import progress as user_progress
+from launcher.runtime.progress import ProgressReporter, plain
+
+JAXLAUNCH = str(Path(sys.executable).parent / "jaxlaunch")
+
+
+def test_a_report_is_buffered_and_taken_with_the_step_time():
+    reporter = ProgressReporter(rank=0)
+    assert reporter.take() is None
+    start = time.time()
+    for step in range(5):
+        reporter.report(step, total=10, loss=np.float32(0.5) / (step + 1))
+    message = reporter.take()
+    assert message["step"] == 4 and message["total"] == 10
+    assert [r["step"] for r in message["reports"]] == [0, 1, 2, 3, 4]
+    assert message["reports"][1]["metrics"] == {"loss": 0.25}
+    assert 0 <= message["step_seconds"] < time.time() - start + 1e-3
+    reporter.report(5)
+    later = reporter.take()
+    assert later["total"] == 10 and later["step"] == 5 and later["step_seconds"] is not None
+
+
+def test_other_ranks_send_their_step_time_only():
+    reporter = ProgressReporter(rank=3)
+    reporter.report(0, loss=1.0)
+    reporter.report(1, loss=1.0)
+    message = reporter.take()
+    assert "reports" not in message and message["step"] == 1
+
+
+def test_metrics_become_json():
+    import jax.numpy as jnp
+
+    assert plain(jnp.float32(2.5)) == 2.5 and plain(np.array([1, 2])) == [1, 2]
+    assert plain("x") == "x" and plain(3) == 3
+    assert plain(np.zeros(100)).startswith("array(")
+
+
+def write_lines(run_dir: Path, lines):
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines) + '{"kind": "met')
+
+
+def test_progress_gives_rate_eta_metrics_and_each_ranks_step(tmp_path):
+    lines = [{"kind": "metrics", "step": s, "time": 100 + s * 0.5, "total": 100, "metrics": {"loss": 1 / (s + 1)}}
+             for s in range(20)]
+    lines += [{"kind": "rank", "rank": r, "step": 19, "time": 109.5, "total": 100, "step_seconds": 0.5 + r / 100}
+              for r in range(2)]
+    write_lines(tmp_path, lines)  # the last line is being written: skipped
+    progress = user_progress.progress(tmp_path)
+    assert progress.step == 19 and progress.total == 100
+    assert progress.steps_per_second == pytest.approx(2.0)
+    assert progress.eta_seconds == pytest.approx(80 / 2.0)
+    assert progress.metrics == {"loss": 1 / 20}
+    assert progress.rank_step_seconds == {0: 0.5, 1: 0.51}
+    assert progress.line() == "step 19/100 (19%), 2 steps/s, ETA 40 s; loss=0.05"
+    assert len(user_progress.metrics(tmp_path)) == 20
+
+
+def test_the_rate_after_a_restart_counts_only_the_steps_since(tmp_path):
+    first = [{"kind": "metrics", "step": s, "time": 100 + s, "metrics": {}} for s in range(30)]
+    again = [{"kind": "metrics", "step": s, "time": 500 + s * 0.1, "metrics": {}} for s in range(20, 40)]
+    write_lines(tmp_path, first + again)
+    assert user_progress.progress(tmp_path).steps_per_second == pytest.approx(10.0)
+
+
+def test_no_reports_no_progress(tmp_path):
+    assert user_progress.progress(tmp_path) is None
+    assert user_progress.metrics(tmp_path) == []
+
+
+def test_status_shows_step_rate_and_eta_of_a_running_local_job(tmp_path):
+    run_dir = tmp_path / "run"
+    process = subprocess.Popen([JAXLAUNCH, "run", str(JOBS / "train_data_parallel.yaml"), "--run-dir", str(run_dir),
+                                "--set", "params.steps=80", "--set", "params.step_seconds=0.1"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        shown = ""
+        while "steps/s" not in shown:
+            assert process.poll() is None and time.monotonic() < deadline, shown
+            time.sleep(0.5)
+            shown = jaxlaunch("status", run_dir, "-v").stdout
+        print(shown)  # the captured screen, in the test's output
+        assert "RUNNING" in shown and "/80 (" in shown and "ETA" in shown and "loss=" in shown
+        assert "rank 0:" in shown and "rank 1:" in shown and "ms/step" in shown
+    finally:
+        _, err = process.communicate(timeout=120)
+    assert process.returncode == 0, err
+    from launcher import job
+
+    handle = job(run_dir)
+    assert handle.progress().step == 79 and handle.progress().total == 80
+    reports = handle.metrics()
+    assert [r["step"] for r in reports] == list(range(80)) and all("loss" in r for r in reports)
+    ranks = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert {r["rank"] for r in ranks if r["kind"] == "rank"} == {0, 1}
