@@ -62,6 +62,9 @@ def main(ctx: launcher.JobContext):
     hidden = list(ctx.params.get("hidden", [32, 32]))
     checkpoint_every = int(ctx.params.get("checkpoint_every", 25))
     step_seconds = float(ctx.params.get("step_seconds", 0.0))  # slows the job down, for preemption demos
+    # One slow rank (a throttled GPU, a noisy neighbour), for the slow-rank report: it sleeps this much
+    # more per step, before its gradients.
+    slow_rank, slow_seconds = int(ctx.params.get("slow_rank", -1)), float(ctx.params.get("slow_seconds", 0.0))
     seed = int(ctx.params.get("seed", 0))  # the dataset and the initial parameters
     # Fault injection, for trying out sweeps and restarts: a run whose params match every
     # key of `fail_when` raises at step 5 (e.g. fail_when: {seed: 2, learning_rate: 0.1}).
@@ -115,6 +118,8 @@ def main(ctx: launcher.JobContext):
             return None
         if fails and step == 5:
             raise RuntimeError(f"injected failure at step {step}: params match fail_when {fail_when}")
+        if ctx.rank == slow_rank:
+            time.sleep(slow_seconds)
         step_losses, grads = per_device_grads(stacked_params, xs, ys)
         # The mean over every device of every process: the gradient of the global batch's mean loss.
         grads = launcher.allreduce(grads, op="mean")  # one packed buffer per device

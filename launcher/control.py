@@ -48,6 +48,7 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from .rundir import RunDirectory, atomic_write_json
+from .stragglers import Stragglers
 from .runtime.environment import CONTROL_ENV, CONTROL_HOST_ENV, CONTROL_TOKEN_ENV
 
 MAX_LINE = 1 << 20          # a message longer than this is a protocol error
@@ -168,8 +169,11 @@ class _Connection:
 class ControlServer:
     """The supervisor's side: one thread serves every rank's connection with a selector."""
 
-    def __init__(self, run: RunDirectory, host: str = "127.0.0.1"):
+    def __init__(self, run: RunDirectory, host: str = "127.0.0.1", size: int = 0):
         self.run = run
+        self.stragglers = Stragglers(size)
+        self.straggler: dict | None = None  # the latest verdict (launcher/stragglers.py)
+        self._straggler_written = (None, 0.0)
         self.token = secrets.token_hex(16)
         _allow_many_connections()
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -386,8 +390,23 @@ class ControlServer:
         """RUN_DIR/metrics.jsonl: one line per rank-0 report, one per rank per flush (its step time)."""
         lines = [{"kind": "metrics", "step": r["step"], "time": r["time"], "total": message.get("total"),
                   "metrics": r["metrics"]} for r in message.get("reports") or []]
-        lines.append({"kind": "rank", "rank": rank, "step": message.get("step"), "time": message.get("time"),
-                      "total": message.get("total"), "step_seconds": message.get("step_seconds")})
+        if message.get("step") is not None:
+            lines.append({"kind": "rank", "rank": rank, "step": message["step"], "time": message.get("time"),
+                          "total": message.get("total"), "step_seconds": message.get("step_seconds")})
+        arrivals = message.get("arrivals")
+        if arrivals:
+            self.stragglers.add(rank, int(arrivals["first"]), list(arrivals["times"]))
+            verdict = self.stragglers.verdict()
+            who, written = self._straggler_written
+            now = time.time()
+            named = None if verdict is None else verdict["rank"]
+            if named != who or (verdict is not None and now - written > 5):
+                self.straggler = verdict
+                self._straggler_written = (named, now)
+                host = (self._records["started"].get(named) or {}).get("host") if named is not None else None
+                lines.append({"kind": "straggler", "time": now, **(verdict or {"rank": None}), "host": host})
+        if not lines:
+            return
         try:
             with open(self.run.metrics_file, "a") as out:
                 out.write("".join(json.dumps(line, separators=(",", ":")) + "\n" for line in lines))

@@ -50,6 +50,8 @@ def progress_lines(job, name: str, verbose: bool, echo) -> None:
     if progress is None:
         return
     echo(f"{name} {progress.line()}")
+    if progress.slow_line():
+        echo(f"{name} {progress.slow_line()}")
     if verbose:
         for line in progress.rank_lines():
             echo(line)

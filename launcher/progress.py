@@ -23,6 +23,7 @@ class Progress:
     eta_seconds: float | None
     metrics: dict = field(default_factory=dict)          # the latest of rank 0's metrics
     rank_step_seconds: dict = field(default_factory=dict)  # rank -> its latest step time
+    straggler: dict | None = None  # the slow rank, if one is named (launcher/stragglers.py)
 
     def line(self) -> str:
         """'step 420/1000 (42%), 12.3 steps/s, ETA 47 s; loss=0.123'"""
@@ -36,6 +37,11 @@ class Progress:
         if self.metrics:
             text += "; " + " ".join(f"{k}={_short(v)}" for k, v in self.metrics.items())
         return text
+
+    def slow_line(self) -> str | None:
+        from .stragglers import describe
+
+        return None if not self.straggler else "slow rank: " + describe(self.straggler, self.straggler.get("host"))
 
     def rank_lines(self) -> list[str]:
         return [f"  rank {rank}: {seconds * 1e3:.2f} ms/step" for rank, seconds in sorted(self.rank_step_seconds.items())]
@@ -88,7 +94,10 @@ def progress(run_dir) -> Progress | None:
     reports = [r for r in lines if r.get("kind") == "metrics"]
     ranks = {}
     total = None
+    straggler = None
     for line in lines:
+        if line.get("kind") == "straggler":
+            straggler = line if line.get("rank") is not None else None
         if line.get("kind") == "rank":
             if line.get("step_seconds") is not None:
                 ranks[line["rank"]] = line["step_seconds"]
@@ -112,4 +121,4 @@ def progress(run_dir) -> Progress | None:
     eta = (total - step - 1) / rate if total and rate else None
     return Progress(step=step, total=total, time=latest["time"], steps_per_second=rate,
                     eta_seconds=None if eta is None else max(0.0, eta),
-                    metrics=dict(latest.get("metrics", {})), rank_step_seconds=ranks)
+                    metrics=dict(latest.get("metrics", {})), rank_step_seconds=ranks, straggler=straggler)

@@ -109,3 +109,45 @@ def test_status_shows_step_rate_and_eta_of_a_running_local_job(tmp_path):
     assert [r["step"] for r in reports] == list(range(80)) and all("loss" in r for r in reports)
     ranks = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert {r["rank"] for r in ranks if r["kind"] == "rank"} == {0, 1}
+
+
+# --- the slow rank (launcher/stragglers.py) ---------------------------------------------------------
+
+from launcher import stragglers  # noqa: E402
+
+
+def arrivals(board, size, collectives, late_rank=None, late=0.05, jitter=0.001, seed=0):
+    rng = np.random.default_rng(seed)
+    for seq in range(1, collectives + 1):
+        for rank in range(size):
+            delay = rng.uniform(0, jitter) + (late if rank == late_rank and seq % 3 == 1 else 0.0)
+            board.add(rank, seq, [seq * 0.1 + delay])
+
+
+def test_a_rank_that_arrives_late_at_every_waiting_collective_is_named():
+    board = stragglers.Stragglers(4)
+    arrivals(board, 4, 300, late_rank=2)
+    verdict = board.verdict()
+    assert verdict["rank"] == 2 and verdict["fraction"] == 1.0 and verdict["collectives"] == 100
+    assert verdict["late_seconds"] == pytest.approx(0.05, abs=0.002)
+    assert stragglers.describe(verdict, "node3").startswith(
+        "rank 2 (node3) arrived last at 100% of the 100 collectives that waited for a rank (of the last 300)")
+
+
+def test_no_rank_is_named_when_arrivals_only_jitter_or_late_ranks_vary():
+    board = stragglers.Stragglers(4)
+    arrivals(board, 4, 500, jitter=0.002)
+    assert board.verdict() is None
+    board = stragglers.Stragglers(2)
+    arrivals(board, 2, 500, jitter=0.02, seed=1)  # late by more than the bound, but each rank in turn
+    assert board.verdict() is None
+
+
+def test_a_collective_counts_once_every_rank_sent_its_time():
+    board = stragglers.Stragglers(3)
+    for seq in range(1, 40):
+        board.add(0, seq, [seq + 0.5])
+        board.add(1, seq, [seq])
+    assert board.verdict() is None  # rank 2 never said: nothing complete
+    board.add(2, 1, [s + 0.0 for s in range(1, 40)])
+    assert board.verdict()["rank"] == 0

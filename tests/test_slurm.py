@@ -258,3 +258,22 @@ def test_status_shows_the_progress_of_a_running_slurm_job(slurm_env, tmp_path):
     assert "rank 0:" in shown and "rank 1:" in shown
     assert "RUNNING" in shown
     run_ok("cancel", job_id, env=slurm_env)
+
+
+@pytest.mark.parametrize("launch", ["srun", "mpirun"])
+def test_the_slow_rank_is_named_and_nobody_without_one(slurm_env, tmp_path, launch):
+    """Rank 1 sleeps 50 ms more per step (as a throttled GPU would make it): status and the job's
+    summary name it; the same job without the sleep names nobody."""
+    shown = {}
+    for case, extra in (("slow", ["--set", "params.slow_rank=1", "--set", "params.slow_seconds=0.05"]),
+                        ("even", [])):
+        run_dir = tmp_path / case
+        result = run_ok("submit", JOBS / "train_data_parallel.yaml", "--set", "params.steps=60",
+                        "--set", f"slurm.launch={launch}", *extra, "--wait", "--run-dir", run_dir, env=slurm_env)
+        job_id = result.stderr.split()[2].rstrip(";")
+        shown[case] = jaxlaunch("status", job_id, env=slurm_env).stdout
+        shown[case + " output"] = (run_dir / f"slurm-{job_id}.out").read_text()
+    print(shown["slow"])
+    assert "slow rank: rank 1 (node2) arrived last at " in shown["slow"]
+    assert "jaxlaunch: slow rank: rank 1 (node2) arrived last at " in shown["slow output"]
+    assert "slow rank" not in shown["even"] and "slow rank" not in shown["even output"]

@@ -99,6 +99,7 @@ class RankMonitor:
         self.lost_at: float | None = None
         self.progress = ProgressReporter(rank)
         self._next_flush = time.monotonic() + FLUSH_SECONDS
+        self._arrivals_sent = 0  # the last collective whose arrival time was sent
         self._stop = threading.Event()
         self._dump_fd = None
 
@@ -154,7 +155,12 @@ class RankMonitor:
 
     def flush_progress(self) -> None:
         message = self.progress.take()
-        if message is not None:
+        first, times = self.tracker.arrivals_since(self._arrivals_sent)
+        if times:
+            self._arrivals_sent = first + len(times) - 1
+            message = message or {}
+            message["arrivals"] = {"first": first, "times": times}
+        if message:
             self.send("progress", message)
 
     def on_message(self, message: dict) -> None:

@@ -26,6 +26,9 @@ class CollectiveTracker:
     def __init__(self):
         self.count = 0
         self.names = [""] * self.NAMES
+        # when this rank arrived at each of the last NAMES collectives (time.time()): which rank
+        # arrives last, persistently, is the slow one (the supervisor compares; launcher/stragglers.py)
+        self.arrivals = [0.0] * self.NAMES
         self.latest = None    # (seq, output) of the latest collective handed over; one store, so never torn
         self.blocking = None  # (seq, name, started) while inside a blocking MPI call
         # the monitor thread's own state
@@ -36,7 +39,14 @@ class CollectiveTracker:
     def start(self, name: str) -> int:
         self.count += 1
         self.names[self.count % self.NAMES] = name
+        self.arrivals[self.count % self.NAMES] = time.time()
         return self.count
+
+    def arrivals_since(self, seq: int) -> tuple[int, list[float]]:
+        """(first seq, arrival times) of the collectives after `seq` still in the ring (monitor thread)."""
+        count = self.count
+        first = max(seq + 1, count - self.NAMES + 2)  # the newest slot may be written as we read
+        return first, [self.arrivals[s % self.NAMES] for s in range(first, count + 1)]
 
     def dispatched(self, seq: int, name: str, handle) -> None:
         self.latest = (seq, handle)

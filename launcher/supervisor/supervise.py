@@ -33,6 +33,7 @@ from ..rundir import RunDirectory, atomic_write_json
 from ..runtime.environment import ATTEMPT_ENV
 from ..spec import JobSpec
 from ..states import EXIT_COMPLETED, EXIT_FAILED, EXIT_PREEMPTED, EXIT_TIMEOUT, JobState
+from .. import stragglers
 from . import nodes, requeue, root_cause
 from .processes import kill_job_processes
 from .report import describe_outcome, result_text, write_to_stderr
@@ -261,11 +262,14 @@ class Supervisor:
 
     def _attempt(self, attempt: int) -> tuple[str, dict | None, str | None]:
         self.run.logs.mkdir(parents=True, exist_ok=True)
-        self.channel = ControlServer(self.run, self.control_host).start()
+        self.channel = ControlServer(self.run, self.control_host, size=self.spec.num_processes).start()
         try:
             return self._run_attempt(attempt)
         finally:
             self.channel.close()
+            if self.channel.straggler is not None:
+                host = (self.channel._records["started"].get(self.channel.straggler["rank"]) or {}).get("host")
+                self.echo(f"jaxlaunch: slow rank: {stragglers.describe(self.channel.straggler, host)}")
             try:
                 self.channel.save_records()
             except OSError:
