@@ -70,6 +70,9 @@ def main(ctx: launcher.JobContext):
     # key of `fail_when` raises at step 5 (e.g. fail_when: {seed: 2, learning_rate: 0.1}).
     fail_when = ctx.params.get("fail_when") or {}
     fails = bool(fail_when) and all(ctx.params.get(k) == v for k, v in fail_when.items())
+    # A crash at a known step (the goodput test): rank fail_rank raises before step fail_step in the
+    # first attempt, after fail_delay seconds.
+    fail_rank, fail_step = int(ctx.params.get("fail_rank", -1)), int(ctx.params.get("fail_step", -1))
 
     n = ctx.num_local_devices
     total_devices = ctx.size * n
@@ -118,6 +121,9 @@ def main(ctx: launcher.JobContext):
             return None
         if fails and step == 5:
             raise RuntimeError(f"injected failure at step {step}: params match fail_when {fail_when}")
+        if ctx.rank == fail_rank and step == fail_step and ctx.attempt == 0:
+            time.sleep(float(ctx.params.get("fail_delay", 0.0)))
+            raise RuntimeError(f"injected failure at step {step} on rank {ctx.rank}")
         if ctx.rank == slow_rank:
             time.sleep(slow_seconds)
         step_losses, grads = per_device_grads(stacked_params, xs, ys)

@@ -256,6 +256,37 @@ def _job_id_or_run_dir(ctx, param, value):
 
 @main.command()
 @click.argument("job_id", callback=_job_id_or_run_dir, metavar="JOB_ID|RUN_DIR")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
+              help="Also write the timeline as a PNG here (needs matplotlib: pip install -e '.[bench]').")
+@_user_errors
+def goodput(job_id, plot_path):
+    """Where a job's wall time went, over every attempt and requeue: queued, start-up, first step,
+    productive steps, checkpoint blocking, work lost, wind-down, between attempts."""
+    from tabulate import tabulate
+
+    from .backends import find_job
+    from .errors import UsageError
+
+    job = find_job(job_id)
+    if plot_path:
+        try:
+            import matplotlib  # noqa: F401  # checked before the work, not after
+        except ImportError as exc:
+            raise UsageError("--plot needs matplotlib: pip install -e '.[bench]'") from exc
+    result = job.goodput()
+    click.echo(tabulate(result.rows(), headers=["", "SECONDS", "SHARE"]))
+    click.echo(f"goodput: {100 * result.goodput:.1f}% of the wall time was productive steps")
+    if plot_path:
+        from pathlib import Path
+
+        from .goodput import plot
+
+        plot(result, Path(plot_path), title=f"{job.id}: goodput {100 * result.goodput:.0f}%")
+        click.echo(f"timeline: {plot_path}")
+
+
+@main.command()
+@click.argument("job_id", callback=_job_id_or_run_dir, metavar="JOB_ID|RUN_DIR")
 @click.option("--rank", type=int, help="Show this rank's full log instead of the job's combined output.")
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new output until the job ends.")
 @_user_errors

@@ -49,6 +49,15 @@ class Job(ABC):
 
         return None if self.run is None else progress(self.run.path)
 
+    def goodput(self):
+        """Where the wall time went (launcher.goodput.Goodput: seconds per category, steps_recomputed,
+        goodput, rows()), from the run directory's records."""
+        from ..goodput import goodput
+
+        if self.run is None:
+            raise ValueError(f"job {self.id} has no run directory")
+        return goodput(self.run.path)
+
     def metrics(self) -> list[dict]:
         """Every report of rank 0: [{'step', 'time', **metrics}], oldest first (over restarts)."""
         from ..progress import metrics

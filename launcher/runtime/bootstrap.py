@@ -173,6 +173,8 @@ def main() -> None:
                                                  asynchronous=spec.async_checkpoints),
                          progress=monitor.progress)
         function = load_entrypoint(spec.entrypoint)
+        if rank == 0:
+            run.log_event("main_started", attempt=ctx.attempt)  # start-up ends here (launcher/goodput.py)
         started = time.perf_counter()
         try:
             value = function(ctx)

@@ -98,7 +98,10 @@ class RankMonitor:
         self.reported_wait: int | None = None  # the collective we last told the supervisor about
         self.lost_at: float | None = None
         self.progress = ProgressReporter(rank)
-        self._next_flush = time.monotonic() + FLUSH_SECONDS
+        # Rank 0's metrics go every poll: a crash loses at most POLL_SECONDS of them (goodput counts
+        # the steps a restart computes again from them); the others' step times every FLUSH_SECONDS.
+        self._flush_every = POLL_SECONDS if rank == 0 else FLUSH_SECONDS
+        self._next_flush = time.monotonic() + self._flush_every
         self._arrivals_sent = 0  # the last collective whose arrival time was sent
         self._stop = threading.Event()
         self._dump_fd = None
@@ -148,7 +151,7 @@ class RankMonitor:
                         self.on_lost()
                 self.check()
                 if time.monotonic() >= self._next_flush:
-                    self._next_flush = time.monotonic() + FLUSH_SECONDS
+                    self._next_flush = time.monotonic() + self._flush_every
                     self.flush_progress()
             except Exception as exc:  # noqa: BLE001  (the monitor must never take the rank down)
                 os.write(self._dump_fd, f"jaxlaunch monitor: {exc!r}\n".encode())

@@ -263,9 +263,13 @@ class Supervisor:
     def _attempt(self, attempt: int) -> tuple[str, dict | None, str | None]:
         self.run.logs.mkdir(parents=True, exist_ok=True)
         self.channel = ControlServer(self.run, self.control_host, size=self.spec.num_processes).start()
+        self.run.log_event("attempt_started", attempt=attempt)  # the goodput timeline (launcher/goodput.py)
+        ended = None
         try:
-            return self._run_attempt(attempt)
+            ended = self._run_attempt(attempt)
+            return ended
         finally:
+            self.run.log_event("attempt_ended", attempt=attempt, state=None if ended is None else ended[0])
             self.channel.close()
             if self.channel.straggler is not None:
                 host = (self.channel._records["started"].get(self.channel.straggler["rank"]) or {}).get("host")

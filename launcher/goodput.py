@@ -1,0 +1,173 @@
+"""Where a job's hours went: its wall time split, over every attempt, restart and requeue, from
+RUN_DIR/status.json, events.jsonl and metrics.jsonl (ctx.report). `jaxlaunch goodput` and the API.
+
+Categories, in the order they come in an attempt:
+- queued: from submission to the first attempt (Slurm's queue);
+- start-up: from an attempt's start (the supervisor launching mpirun/srun) to rank 0 entering main
+  (MPI, imports, device binding, preflight, jax.distributed);
+- first step: from main to its first report (loading, restoring, and compiling);
+- productive steps: from the first report to the last, less the two below;
+- checkpoint blocking: what ctx.checkpoints.save blocked the job for;
+- work lost: the steps of an attempt that the next attempt computed again (it resumed from an
+  earlier checkpoint than the attempt's last step), with their count;
+- wind-down: from an attempt's last report to its end (the last checkpoint, teardown, a stop);
+- between attempts: from an attempt's end to the next one's start (a restart, or a requeue until
+  Slurm started the job again).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+CATEGORIES = ["queued", "start-up", "first step", "productive steps", "checkpoint blocking", "work lost",
+              "wind-down", "between attempts"]
+
+
+@dataclass
+class Goodput:
+    wall_seconds: float
+    seconds: dict = field(default_factory=dict)          # category -> seconds
+    steps_recomputed: int = 0
+    attempts: list = field(default_factory=list)         # per attempt: its intervals, for the timeline
+    submitted: float | None = None
+
+    @property
+    def accounted(self) -> float:
+        return sum(self.seconds.values()) / self.wall_seconds if self.wall_seconds > 0 else 0.0
+
+    @property
+    def goodput(self) -> float:
+        return self.seconds.get("productive steps", 0.0) / self.wall_seconds if self.wall_seconds > 0 else 0.0
+
+    def rows(self) -> list[list]:
+        rows = [[name, f"{self.seconds.get(name, 0.0):.1f}",
+                 f"{100 * self.seconds.get(name, 0.0) / self.wall_seconds:.1f}%" if self.wall_seconds else ""]
+                for name in CATEGORIES]
+        rows[CATEGORIES.index("work lost")][0] = f"work lost ({self.steps_recomputed} steps recomputed)"
+        rows.append(["wall time", f"{self.wall_seconds:.1f}", f"{100 * self.accounted:.1f}% accounted"])
+        return rows
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return []
+    out = []
+    for line in lines:
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue
+    return out
+
+
+def goodput(run_dir) -> Goodput:
+    run_dir = Path(run_dir)
+    try:
+        status = json.loads((run_dir / "status.json").read_text())
+    except (OSError, ValueError):
+        status = {}
+    events = sorted(_read_jsonl(run_dir / "events.jsonl"), key=lambda e: e.get("time", 0))
+    reports = sorted((r for r in _read_jsonl(run_dir / "metrics.jsonl") if r.get("kind") == "metrics"),
+                     key=lambda r: r["time"])
+    starts = [e for e in events if e["event"] == "attempt_started"]
+    ends = {e["attempt"]: e["time"] for e in events if e["event"] == "attempt_ended"}
+    end_of_run = status.get("ended") or time.time()
+    first_start = starts[0]["time"] if starts else status.get("started") or end_of_run
+    submitted = status.get("submitted") or first_start
+    result = Goodput(wall_seconds=end_of_run - submitted, submitted=submitted,
+                     seconds={name: 0.0 for name in CATEGORIES})
+    result.seconds["queued"] = max(0.0, first_start - submitted)
+    attempts = []
+    for index, start in enumerate(starts):
+        begin = start["time"]
+        finish = ends.get(start["attempt"], starts[index + 1]["time"] if index + 1 < len(starts) else end_of_run)
+        inside = [r for r in reports if begin <= r["time"] <= finish]
+        main = next((e["time"] for e in events if e["event"] == "main_started" and begin <= e["time"] <= finish),
+                    None)
+        attempt = {"attempt": start["attempt"], "start": begin, "end": finish, "main": main,
+                   "first": inside[0]["time"] if inside else None, "last": inside[-1]["time"] if inside else None,
+                   "reports": inside,
+                   "blocked": sum(e.get("blocked", 0.0) for e in events
+                                  if e["event"] == "checkpoint" and begin <= e["time"] <= finish),
+                   "restored": next((e["step"] for e in events
+                                     if e["event"] == "restored" and begin <= e["time"] <= finish), None)}
+        attempts.append(attempt)
+    for index, attempt in enumerate(attempts):
+        main = attempt["main"] or attempt["end"]
+        result.seconds["start-up"] += main - attempt["start"]
+        if attempt["first"] is None:
+            result.seconds["wind-down"] += attempt["end"] - main  # main never reported a step
+            attempt["lost"] = 0.0
+        else:
+            result.seconds["first step"] += attempt["first"] - main
+            steps = attempt["last"] - attempt["first"]
+            lost = 0.0
+            if index + 1 < len(attempts):  # what the next attempt did again
+                again_from = attempts[index + 1]["restored"] or 0
+                done = [r for r in attempt["reports"] if r["step"] >= again_from]
+                if done:
+                    result.steps_recomputed += len({r["step"] for r in done})
+                    before = [r for r in attempt["reports"] if r["step"] < again_from]
+                    lost = attempt["last"] - (before[-1]["time"] if before else attempt["first"])
+            attempt["lost"] = lost
+            blocked = min(attempt["blocked"], max(0.0, steps - lost))
+            result.seconds["work lost"] += lost
+            result.seconds["checkpoint blocking"] += blocked
+            result.seconds["productive steps"] += max(0.0, steps - lost - blocked)
+            result.seconds["wind-down"] += attempt["end"] - attempt["last"]
+        if index + 1 < len(attempts):
+            result.seconds["between attempts"] += attempts[index + 1]["start"] - attempt["end"]
+    result.attempts = [{k: v for k, v in a.items() if k != "reports"} for a in attempts]
+    return result
+
+
+COLORS = {"queued": "#bbbbbb", "start-up": "#f2b134", "first step": "#ed553b", "productive steps": "#3caea3",
+          "checkpoint blocking": "#20639b", "work lost": "#8e44ad", "wind-down": "#7f8c8d",
+          "between attempts": "#dddddd"}
+
+
+def plot(result: Goodput, path: Path, title: str = "") -> None:
+    """A timeline PNG: one bar, each attempt's intervals coloured by category, and the totals."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    origin = result.submitted or 0.0
+    figure, (axis, totals) = plt.subplots(2, 1, figsize=(10, 3.6), gridspec_kw={"height_ratios": [1, 1.3]})
+
+    def span(start, end, category):
+        if end is not None and start is not None and end > start:
+            axis.barh(0, end - start, left=start - origin, color=COLORS[category], edgecolor="none")
+
+    if result.attempts:
+        span(origin, result.attempts[0]["start"], "queued")
+    for index, a in enumerate(result.attempts):
+        main = a["main"] or a["end"]
+        span(a["start"], main, "start-up")
+        if a["first"] is not None:
+            span(main, a["first"], "first step")
+            span(a["first"], a["last"] - a["lost"], "productive steps")
+            span(a["last"] - a["lost"], a["last"], "work lost")
+            span(a["last"], a["end"], "wind-down")
+        if index + 1 < len(result.attempts):
+            span(a["end"], result.attempts[index + 1]["start"], "between attempts")
+    axis.set_yticks([])
+    axis.set_xlabel("seconds since submission")
+    axis.set_title(title or f"goodput {100 * result.goodput:.0f}% of {result.wall_seconds:.0f} s")
+    left = 0.0
+    for name in CATEGORIES:
+        width = result.seconds.get(name, 0.0)
+        totals.barh(0, width, left=left, color=COLORS[name], label=f"{name} {width:.1f} s")
+        left += width
+    totals.set_yticks([])
+    totals.set_xlabel("seconds, by category")
+    totals.legend(loc="upper center", bbox_to_anchor=(0.5, -0.45), ncol=4, fontsize=8, frameon=False)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
