@@ -256,6 +256,25 @@ def _job_id_or_run_dir(ctx, param, value):
 
 @main.command()
 @click.argument("job_id", callback=_job_id_or_run_dir, metavar="JOB_ID|RUN_DIR")
+@click.option("--interval", type=click.FloatRange(min=0.2), default=2.0, show_default=True,
+              help="Seconds between redraws.")
+@_user_errors
+def watch(job_id, interval):
+    """A live view of a job until it ends: state, progress bar, rate and ETA, the latest metrics with
+    their history, each rank's step time and the slow rank. Exits with the job's exit code."""
+    from .backends import find_job
+    from .watch import watch as live_view
+
+    job = find_job(job_id)
+    try:
+        live_view(job, interval)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    sys.exit(job.exit_code())
+
+
+@main.command()
+@click.argument("job_id", callback=_job_id_or_run_dir, metavar="JOB_ID|RUN_DIR")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
               help="Also write the timeline as a PNG here (needs matplotlib: pip install -e '.[bench]').")
 @_user_errors

@@ -82,10 +82,11 @@ def read_lines(path: Path, tail_bytes: int | None = None) -> list[dict]:
     return out
 
 
-def metrics(run_dir) -> list[dict]:
-    """Every rank-0 report: {'step', 'time', **metrics}, oldest first."""
+def metrics(run_dir, tail_bytes: int | None = None) -> list[dict]:
+    """Every rank-0 report: {'step', 'time', **metrics}, oldest first (with `tail_bytes`: of the
+    file's last bytes only)."""
     return [{"step": r["step"], "time": r["time"], **r.get("metrics", {})}
-            for r in read_lines(Path(run_dir) / "metrics.jsonl") if r.get("kind") == "metrics"]
+            for r in read_lines(Path(run_dir) / "metrics.jsonl", tail_bytes) if r.get("kind") == "metrics"]
 
 
 def progress(run_dir) -> Progress | None:

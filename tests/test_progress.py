@@ -91,7 +91,7 @@ def test_status_shows_step_rate_and_eta_of_a_running_local_job(tmp_path):
     try:
         deadline = time.monotonic() + 120
         shown = ""
-        while "steps/s" not in shown:
+        while "steps/s" not in shown or "rank 1:" not in shown:  # rank 1 reports every 2 s
             assert process.poll() is None and time.monotonic() < deadline, shown
             time.sleep(0.5)
             shown = jaxlaunch("status", run_dir, "-v").stdout
@@ -151,3 +151,42 @@ def test_a_collective_counts_once_every_rank_sent_its_time():
     assert board.verdict() is None  # rank 2 never said: nothing complete
     board.add(2, 1, [s + 0.0 for s in range(1, 40)])
     assert board.verdict()["rank"] == 0
+
+
+# --- jaxlaunch watch, under a real terminal (tmux) --------------------------------------------------
+
+import shutil  # noqa: E402
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+def test_watch_draws_a_running_job_in_a_terminal_and_exits_with_its_code(tmp_path):
+    run_dir = tmp_path / "run"
+    session = f"jaxlaunch-watch-{tmp_path.name}"[:60]
+    job = subprocess.Popen([JAXLAUNCH, "run", str(JOBS / "train_data_parallel.yaml"), "--run-dir", str(run_dir),
+                            "--set", "params.steps=80", "--set", "params.step_seconds=0.1"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while not (run_dir / "status.json").exists():
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "110", "-y", "20",
+                        f"{JAXLAUNCH} watch {run_dir} --interval 0.5; echo WATCH-EXIT=$?; sleep 60"], check=True)
+        screens = []
+        while True:
+            screen = subprocess.run(["tmux", "capture-pane", "-p", "-t", session], capture_output=True,
+                                    text=True).stdout
+            screens.append(screen)
+            if "WATCH-EXIT=" in screen:
+                break
+            assert time.monotonic() < deadline, screen
+            time.sleep(0.5)
+        running = next((s for s in screens if "RUNNING" in s and "steps/s" in s), None)
+        print(running)  # a captured screen, in the test's output
+        print(screens[-1])
+        assert running is not None, screens[-1]
+        assert "/80" in running and "ETA" in running and "loss" in running and "step time per rank" in running
+        assert "COMPLETED" in screens[-1] and "WATCH-EXIT=0" in screens[-1]
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+        job.wait(timeout=120)

@@ -1,6 +1,8 @@
 """End to end on a real two-node Slurm cluster started on this machine (tests/slurm_cluster.py)."""
 
 import json
+import shlex
+import shutil
 import subprocess
 import time
 
@@ -249,7 +251,7 @@ def test_status_shows_the_progress_of_a_running_slurm_job(slurm_env, tmp_path):
     job_id = submitted.stdout.strip()
     deadline = time.monotonic() + 120
     shown = ""
-    while "steps/s" not in shown:
+    while "steps/s" not in shown or "rank 1:" not in shown:  # rank 1 reports every 2 s
         assert time.monotonic() < deadline, shown
         time.sleep(0.5)
         shown = jaxlaunch("status", job_id, "-v", env=slurm_env).stdout
@@ -257,7 +259,29 @@ def test_status_shows_the_progress_of_a_running_slurm_job(slurm_env, tmp_path):
     assert f"job {job_id} step " in shown and "/80 (" in shown and "ETA" in shown and "loss=" in shown
     assert "rank 0:" in shown and "rank 1:" in shown
     assert "RUNNING" in shown
-    run_ok("cancel", job_id, env=slurm_env)
+    if shutil.which("tmux") is None:
+        run_ok("cancel", job_id, env=slurm_env)
+        pytest.skip("tmux is not installed: watch not tested")
+    # jaxlaunch watch in a real terminal, until the job ends
+    session = f"jaxlaunch-watch-slurm-{job_id}"
+    command = shlex.join([jaxlaunch_path(), "watch", job_id, "--interval", "0.5"])
+    exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in slurm_env.items() if k in ("SLURM_CONF", "JAXLAUNCH_HOME",
+                                                                                      "PATH"))
+    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "110", "-y", "20",
+                    f"env {exports} {command}; echo WATCH-EXIT=$?; sleep 60"], check=True)
+    try:
+        screens = []
+        while not screens or "WATCH-EXIT=" not in screens[-1]:
+            assert time.monotonic() < deadline + 120, screens[-1:]
+            time.sleep(0.5)
+            screens.append(subprocess.run(["tmux", "capture-pane", "-p", "-t", session], capture_output=True,
+                                          text=True).stdout)
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+    running = next((screen for screen in screens if "RUNNING" in screen and "steps/s" in screen), None)
+    print(running, screens[-1])
+    assert running is not None and f"slurm job {job_id}" in running and "ETA" in running
+    assert "COMPLETED" in screens[-1] and "WATCH-EXIT=0" in screens[-1]
 
 
 @pytest.mark.parametrize("launch", ["srun", "mpirun"])
