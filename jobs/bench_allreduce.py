@@ -110,7 +110,19 @@ def check_results(leaves, comm, mpi4jax_comm, global_mesh):
         np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5)
 
 
+def can_plot(name: str) -> bool:
+    """Asked before the work, not after it: without matplotlib the table is all there is."""
+    try:
+        import matplotlib  # noqa: F401
+        return True
+    except ImportError:
+        print(f"{name}: matplotlib is not installed (pip install -e '.[bench]'): the table only, no plot",
+              flush=True)
+        return False
+
+
 def main(ctx):
+    plotting = can_plot("bench_allreduce") if ctx.is_main else False
     comm = MPI.COMM_WORLD.Clone()
     mpi4jax_comm = MPI.COMM_WORLD.Clone()
     device = ctx.local_devices[0]
@@ -142,7 +154,8 @@ def main(ctx):
     if ctx.is_main:
         print(format_table(rows), flush=True)
         atomic_write_bytes(ctx.run_dir / "bench.json", json.dumps(report, indent=2).encode())
-        plot(rows, ctx.run_dir / "bench.png", ctx.size)
+        if plotting:
+            plot(rows, ctx.run_dir / "bench.png", ctx.size)
     return {"rows": rows, "table": format_table(rows)}
 
 

@@ -235,6 +235,12 @@ def plot(rows: list[dict], path: Path) -> None:
 
 
 def main(ctx):
+    try:  # before the work, not after it
+        import matplotlib  # noqa: F401
+        plotting = True
+    except ImportError:
+        print("bench_scale: matplotlib is not installed (pip install -e '.[bench]'): no PNG", flush=True)
+        plotting = False
     sizes = [int(n) for n in ctx.params.get("sizes", [2, 4, 8, 16, 32])]
     launches = list(ctx.params.get("launches", ["srun", "mpirun"]))
     base = Path(tempfile.mkdtemp(prefix="bench-scale-"))
@@ -257,7 +263,8 @@ def main(ctx):
     name = ctx.params.get("output", "bench_scale")
     report["rank_env"] = dict(ctx.params.get("rank_env", {}))
     (ROOT / "jobs" / f"{name}.json").write_text(json.dumps(report, indent=1) + "\n")
-    plot(rows, ROOT / "jobs" / f"{name}.png")
+    if plotting:
+        plot(rows, ROOT / "jobs" / f"{name}.png")
     return report
 
 

@@ -4,6 +4,7 @@ errors become click exceptions here and only here."""
 from __future__ import annotations
 
 import functools
+import importlib.util
 import re
 import sys
 
@@ -256,6 +257,37 @@ def _job_id_or_run_dir(ctx, param, value):
 
 @main.command()
 @click.argument("job_id", callback=_job_id_or_run_dir, metavar="JOB_ID|RUN_DIR")
+@click.argument("metric")
+@click.option("--x", "x_axis", type=click.Choice(["step", "time"]), default="step", show_default=True,
+              help="Against the step, or the seconds since the first report.")
+@click.option("--out", "out_path", type=click.Path(dir_okay=False), default=None,
+              help="Where to write the PNG (default: RUN_DIR/METRIC.png).")
+@_user_errors
+def plot(job_id, metric, x_axis, out_path):
+    """A PNG of a metric the job reported with ctx.report (needs matplotlib: pip install -e '.[bench]')."""
+    from pathlib import Path
+
+    from .backends import find_job
+    from .errors import UsageError
+    from .progress import plot_metric
+
+    if importlib.util.find_spec("matplotlib") is None:
+        raise UsageError("jaxlaunch plot needs matplotlib: pip install -e '.[bench]'")
+    job = find_job(job_id)
+    if job.run_dir is None:
+        raise UsageError(f"job {job_id} has no run directory")
+    path = Path(out_path) if out_path else job.run_dir / f"{metric}.png"
+    try:
+        points = plot_metric(job.run_dir, metric, path, x_axis)
+    except ValueError as exc:
+        names = sorted({k for r in job.metrics() for k in r if k not in ("step", "time")})
+        raise UsageError(f"{exc}; its metrics: {', '.join(names) or 'none (the job never called ctx.report)'}") \
+            from exc
+    click.echo(f"{path} ({points} points)")
+
+
+@main.command()
+@click.argument("job_id", callback=_job_id_or_run_dir, metavar="JOB_ID|RUN_DIR")
 @click.option("--interval", type=click.FloatRange(min=0.2), default=2.0, show_default=True,
               help="Seconds between redraws.")
 @_user_errors
@@ -287,11 +319,8 @@ def goodput(job_id, plot_path):
     from .errors import UsageError
 
     job = find_job(job_id)
-    if plot_path:
-        try:
-            import matplotlib  # noqa: F401  # checked before the work, not after
-        except ImportError as exc:
-            raise UsageError("--plot needs matplotlib: pip install -e '.[bench]'") from exc
+    if plot_path and importlib.util.find_spec("matplotlib") is None:  # checked before the work, not after
+        raise UsageError("--plot needs matplotlib: pip install -e '.[bench]'")
     result = job.goodput()
     click.echo(tabulate(result.rows(), headers=["", "SECONDS", "SHARE"]))
     click.echo(f"goodput: {100 * result.goodput:.1f}% of the wall time was productive steps")

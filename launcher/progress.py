@@ -123,3 +123,29 @@ def progress(run_dir) -> Progress | None:
     return Progress(step=step, total=total, time=latest["time"], steps_per_second=rate,
                     eta_seconds=None if eta is None else max(0.0, eta),
                     metrics=dict(latest.get("metrics", {})), rank_step_seconds=ranks, straggler=straggler)
+
+
+def plot_metric(run_dir, metric: str, path: Path, x: str = "step") -> int:
+    """A PNG of one of rank 0's metrics against the step (the latest value of each step: a restart's
+    recomputed steps replace the first ones) or the time since the first report. Returns the points."""
+    reports = [r for r in metrics(run_dir) if isinstance(r.get(metric), (int, float))]
+    if not reports:
+        raise ValueError(f"no report of {run_dir} has a number named {metric!r}")
+    if x == "step":
+        by_step = {r["step"]: r[metric] for r in reports}
+        xs, ys = sorted(by_step), [by_step[s] for s in sorted(by_step)]
+    else:
+        start = reports[0]["time"]
+        xs, ys = [r["time"] - start for r in reports], [r[metric] for r in reports]
+    from matplotlib.figure import Figure  # a bare Figure: no pyplot state, no GUI backend
+
+    figure = Figure(figsize=(7, 4))
+    axis = figure.subplots()
+    axis.plot(xs, ys, linewidth=1.2)
+    axis.set_xlabel("step" if x == "step" else "seconds since the first report")
+    axis.set_ylabel(metric)
+    axis.set_title(f"{Path(run_dir).name}: {metric}")
+    axis.grid(alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    return len(xs)

@@ -108,6 +108,22 @@ def test_benchmark_job_runs_and_writes_table_json_and_plot(tmp_path):
     assert "| case | mpi4py | mpi4jax per-leaf | launcher | launcher packed | XLA global mesh |" in result.stdout + result.stderr
 
 
+def test_a_benchmark_without_matplotlib_says_so_first_and_keeps_its_table(tmp_path):
+    """It used to run for minutes, then fail on `import matplotlib`, losing its table."""
+    hidden = tmp_path / "hide"
+    hidden.mkdir()
+    (hidden / "matplotlib.py").write_text('raise ImportError("matplotlib hidden for the test")\n')
+    run_dir = tmp_path / "run"
+    result = jaxlaunch("run", JOBS / "bench_allreduce.yaml", "--run-dir", run_dir, "--set", "params.sizes=[8]",
+                       "--set", "params.repeat_scale=0.01", "--set", "params.tree_leaves=2",
+                       "--set", "params.tree_bytes=1024", "--set", f"env.PYTHONPATH={hidden}", timeout=300)
+    assert result.returncode == 0, result.stderr
+    log = (run_dir / "logs" / "rank-0.log").read_text()
+    assert "matplotlib is not installed" in log and log.index("matplotlib is not installed") < log.index("8 B:")
+    assert (run_dir / "bench.json").exists() and not (run_dir / "bench.png").exists()
+    assert "| 8 B |" in result.stdout
+
+
 @pytest.mark.parametrize("nodes, processes_per_node, devices_per_process", [(1, 1, 2), (2, 1, 1), (2, 1, 2)])
 def test_training_gives_the_same_step_on_any_layout(tmp_path, single_device_training, nodes,
                                                     processes_per_node, devices_per_process):
