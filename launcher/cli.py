@@ -220,6 +220,14 @@ def _print_results_table(sweep_dir) -> None:
     click.echo(format_table(collect(sweep_dir)))
 
 
+def _job_or_sweep_or_run_dir(ctx, param, value):
+    from pathlib import Path
+
+    if (Path(value) / "sweep.json").is_file():
+        return value
+    return _job_id_or_run_dir(ctx, param, value)
+
+
 def _sweep_or_job_ids(ctx, param, value):
     """Job ids, array ids, sweep directories (a folder holding sweep.json) or run directories."""
     from pathlib import Path
@@ -306,30 +314,36 @@ def watch(job_id, interval):
 
 
 @main.command()
-@click.argument("job_id", callback=_job_id_or_run_dir, metavar="JOB_ID|RUN_DIR")
+@click.argument("job_id", callback=_job_or_sweep_or_run_dir, metavar="JOB_ID|RUN_DIR|SWEEP_DIR")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
               help="Also write the timeline as a PNG here (needs matplotlib: pip install -e '.[bench]').")
 @_user_errors
 def goodput(job_id, plot_path):
     """Where a job's wall time went, over every attempt and requeue: queued, start-up, first step,
-    productive steps, checkpoint blocking, work lost, wind-down, between attempts."""
+    productive steps, checkpoint blocking, work lost, wind-down, between attempts. For a sweep
+    directory: summed over its tasks."""
+    from pathlib import Path
+
     from tabulate import tabulate
 
     from .backends import find_job
     from .errors import UsageError
 
-    job = find_job(job_id)
     if plot_path and importlib.util.find_spec("matplotlib") is None:  # checked before the work, not after
         raise UsageError("--plot needs matplotlib: pip install -e '.[bench]'")
-    result = job.goodput()
+    if (Path(job_id) / "sweep.json").is_file():
+        from .goodput import sweep_goodput
+
+        result, name = sweep_goodput(job_id), Path(job_id).name
+    else:
+        job = find_job(job_id)
+        result, name = job.goodput(), job.id
     click.echo(tabulate(result.rows(), headers=["", "SECONDS", "SHARE"]))
     click.echo(f"goodput: {100 * result.goodput:.1f}% of the wall time was productive steps")
     if plot_path:
-        from pathlib import Path
-
         from .goodput import plot
 
-        plot(result, Path(plot_path), title=f"{job.id}: goodput {100 * result.goodput:.0f}%")
+        plot(result, Path(plot_path), title=f"{name}: goodput {100 * result.goodput:.0f}%")
         click.echo(f"timeline: {plot_path}")
 
 
@@ -398,11 +412,13 @@ def init(name, template):
 @click.option("--x", "x_key", metavar="KEY", help="With --plot: the swept key on the x axis (default: the first).")
 @click.option("--by", "by_key", metavar="KEY", help="With --plot: one line per value of this swept key "
                                                     "(default: the next one).")
+@click.option("--curve", "curve_metric", metavar="METRIC",
+              help="Write METRIC_curves.png: METRIC against the step, one line per configuration (ctx.report).")
 @click.option("--best", "best_metric", metavar="METRIC", help="Name the configuration with the best METRIC.")
 @click.option("--max", "maximize", is_flag=True, help="With --best: larger is better (default: smaller).")
 @click.option("--min", "minimize", is_flag=True, help="With --best: smaller is better (the default).")
 @_user_errors
-def results(sweep_dir, plot_metric, x_key, by_key, best_metric, maximize, minimize):
+def results(sweep_dir, plot_metric, x_key, by_key, curve_metric, best_metric, maximize, minimize):
     """Collect every task's result of a sweep into one table (also written as results.csv and
     results.json in SWEEP_DIR). Works while the sweep is still running."""
     from pathlib import Path
@@ -414,6 +430,8 @@ def results(sweep_dir, plot_metric, x_key, by_key, best_metric, maximize, minimi
         raise click.UsageError("give --max or --min, not both")
     if (x_key or by_key) and not plot_metric:
         raise click.UsageError("--x and --by go with --plot METRIC")
+    if (plot_metric or curve_metric) and importlib.util.find_spec("matplotlib") is None:
+        raise click.UsageError("--plot and --curve need matplotlib: pip install -e '.[bench]'")
     table = collect(sweep_dir)
     click.echo(format_table(table))
     folder = Path(sweep_dir)
@@ -422,6 +440,11 @@ def results(sweep_dir, plot_metric, x_key, by_key, best_metric, maximize, minimi
     click.echo(f"wrote {folder / 'results.csv'} and {folder / 'results.json'}", err=True)
     if plot_metric:
         path = plot(table, plot_metric, folder / f"{plot_metric}.png", x=x_key, by=by_key)
+        click.echo(f"wrote {path}", err=True)
+    if curve_metric:
+        from .sweeps.metrics import plot_curves
+
+        path = plot_curves(sweep_dir, curve_metric, folder / f"{curve_metric}_curves.png")
         click.echo(f"wrote {path}", err=True)
     if best_metric:
         row = best(table, best_metric, minimize=not maximize)

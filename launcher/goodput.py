@@ -171,3 +171,20 @@ def plot(result: Goodput, path: Path, title: str = "") -> None:
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)
+
+
+def sweep_goodput(sweep_dir) -> Goodput:
+    """The tasks of a sweep, summed: their wall times, seconds per category and steps recomputed
+    (the timeline is not drawn for a sum: `plot` shows the totals only)."""
+    from .sweeps.directory import SweepDirectory
+
+    total = Goodput(wall_seconds=0.0, seconds={name: 0.0 for name in CATEGORIES})
+    for _, run in SweepDirectory(sweep_dir).task_runs():
+        if not (run.path / "status.json").exists():
+            continue  # not started yet
+        part = goodput(run.path)
+        total.wall_seconds += part.wall_seconds
+        total.steps_recomputed += part.steps_recomputed
+        for name, seconds in part.seconds.items():
+            total.seconds[name] += seconds
+    return total

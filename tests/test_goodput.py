@@ -90,3 +90,27 @@ def test_plot_draws_a_reported_metric_and_names_the_ones_there_are(tmp_path):
     assert by_time.stdout.strip().endswith("(40 points)")
     missing = jaxlaunch("plot", tmp_path, "accuracy")
     assert missing.returncode == 2 and "its metrics: loss" in missing.stderr and "Traceback" not in missing.stderr
+
+
+def test_a_sweep_gets_its_tasks_goodput_summed_and_a_curve_per_configuration(tmp_path):
+    pytest.importorskip("matplotlib")
+    sweep_dir = tmp_path / "sweep"
+    spec = tmp_path / "sweep.yaml"
+    spec.write_text((JOBS / "sweep_train.yaml").read_text().replace("[0.01, 0.03, 0.1]", "[0.03, 0.1]")
+                    .replace("params.seed: [0, 1]", "params.seed: [0]")
+                    .replace("entrypoint: train_data_parallel.py:main",
+                             f"entrypoint: {JOBS / 'train_data_parallel.py'}:main"))
+    ran = jaxlaunch("run", spec, "--run-dir", sweep_dir, "--set", "params.steps=10", timeout=300)
+    assert ran.returncode == 0, ran.stderr
+    tasks = sorted(p for p in sweep_dir.iterdir() if (p / "status.json").exists())
+    assert len(tasks) == 2
+    parts = [gp.goodput(task) for task in tasks]
+    total = gp.sweep_goodput(sweep_dir)
+    assert total.wall_seconds == pytest.approx(sum(p.wall_seconds for p in parts))
+    assert total.seconds["productive steps"] == pytest.approx(sum(p.seconds["productive steps"] for p in parts))
+    shown = jaxlaunch("goodput", sweep_dir, "--plot", tmp_path / "sweep.png")
+    assert shown.returncode == 0 and "% accounted" in shown.stdout, shown.stderr
+    curves = jaxlaunch("results", sweep_dir, "--curve", "loss")
+    assert curves.returncode == 0, curves.stderr
+    png = sweep_dir / "loss_curves.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

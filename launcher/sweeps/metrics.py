@@ -118,3 +118,37 @@ def plot(table: SweepTable, metric: str, path, x: str | None = None, by: str | N
     path = Path(path)
     atomic_write_bytes(path, buffer.getvalue())
     return path
+
+
+def plot_curves(sweep_dir, metric: str, path):
+    """METRIC against the step, one line per task (its reports in metrics.jsonl), labelled by the
+    task's swept values."""
+    from matplotlib.figure import Figure
+
+    from ..progress import metrics
+    from .directory import SweepDirectory
+
+    directory = SweepDirectory(sweep_dir)
+    record = directory.read()
+    figure = Figure(figsize=(7.5, 4.5))
+    axis = figure.subplots()
+    drawn = 0
+    for task, run in directory.task_runs(record):
+        by_step = {r["step"]: r[metric] for r in metrics(run.path) if isinstance(r.get(metric), (int, float))}
+        if not by_step:
+            continue
+        label = ", ".join(f"{k}={task['values'].get(k)}" for k in record["keys"]) if task.get("values") else task["folder"]
+        steps = sorted(by_step)
+        axis.plot(steps, [by_step[s] for s in steps], label=label, linewidth=1.2)
+        drawn += 1
+    if not drawn:
+        from ..errors import UsageError
+
+        raise UsageError(f"no task of {sweep_dir} reported a number named {metric!r} (ctx.report)")
+    axis.set_xlabel("step")
+    axis.set_ylabel(metric)
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    return path
