@@ -163,6 +163,7 @@ class _Connection:
         self.sock, self.opened = sock, opened
         self.rank: int | None = None
         self.inbox = bytearray()
+        self.skipping = False  # inside a line longer than MAX_LINE: dropped up to its end
         self.outbox = bytearray()
 
 
@@ -346,11 +347,20 @@ class ControlServer:
         while b"\n" in connection.inbox:
             line, _, rest = bytes(connection.inbox).partition(b"\n")
             connection.inbox = bytearray(rest)
+            if connection.skipping:
+                connection.skipping = False
+                continue
             if not self._handle(connection, line):
-                self._drop(connection)
-                return
+                if connection.rank is None:  # no secret: not one of ours
+                    self._drop(connection)
+                    return
+                # A rank's bad message is dropped, not the rank: losing its connection would stop it.
         if len(connection.inbox) > MAX_LINE:
-            self._drop(connection)
+            if connection.rank is None:
+                self._drop(connection)
+            else:
+                connection.inbox.clear()
+                connection.skipping = True
 
     def _handle(self, connection: _Connection, line: bytes) -> bool:
         """Take one message; False drops the connection (no secret, not JSON, not ours)."""

@@ -190,3 +190,43 @@ def test_watch_draws_a_running_job_in_a_terminal_and_exits_with_its_code(tmp_pat
     finally:
         subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
         job.wait(timeout=120)
+
+
+def test_a_flood_of_reports_goes_in_chunks_the_supervisor_takes(tmp_path):
+    """100,000 reports between two flushes once made one line over the server's limit, and the
+    supervisor dropped the rank's connection (seen in jobs/bench_progress.py)."""
+    from launcher import control
+    from launcher.rundir import RunDirectory
+    from launcher.runtime import progress as rank_progress
+
+    run = RunDirectory(tmp_path / "run")
+    run.logs.mkdir(parents=True)
+    with control.ControlServer(run, size=1) as server:
+        env = server.env()
+        client = control.ControlClient.connect(env[control.CONTROL_ENV], env[control.CONTROL_TOKEN_ENV], 0)
+        reporter = rank_progress.ProgressReporter(rank=0)
+        for step in range(100_000):
+            reporter.report(step, loss=0.5)
+        messages = 0
+        while True:
+            message = reporter.take()
+            client.send("progress", message)
+            messages += 1
+            if not reporter.pending:
+                break
+        assert messages == 100_000 // rank_progress.CHUNK
+        client.send("abort", {"reason": "x", "message": "after the flood", "time": 1.0})
+        client.send("abort", {"bad": b"not json".hex()})
+        deadline = time.monotonic() + 20
+        while not server.abort_requests():
+            assert time.monotonic() < deadline and not client.lost
+            time.sleep(0.05)
+        assert server.connected() == 1  # a bad or oversized message never costs a rank its connection
+        client.sock.sendall(b"x" * (control.MAX_LINE + 10) + b"\n")
+        client.send("done", {"collectives": 0, "time": 1.0, "stopped": None})
+        while not server.done():
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    steps = [json.loads(line)["step"] for line in run.metrics_file.read_text().splitlines()
+             if '"kind":"metrics"' in line]
+    assert steps == list(range(100_000))

@@ -157,6 +157,12 @@ class RankMonitor:
                 os.write(self._dump_fd, f"jaxlaunch monitor: {exc!r}\n".encode())
 
     def flush_progress(self) -> None:
+        while True:
+            self._flush_once()
+            if not self.progress.pending:
+                return
+
+    def _flush_once(self) -> None:
         message = self.progress.take()
         first, times = self.tracker.arrivals_since(self._arrivals_sent)
         if times:

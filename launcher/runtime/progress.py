@@ -14,6 +14,7 @@ import time
 from collections import deque
 
 FLUSH_SECONDS = 2.0
+CHUNK = 1000  # reports per message: a job reporting very fast still sends lines the supervisor takes
 
 
 def plain(value):
@@ -46,8 +47,11 @@ class ProgressReporter:
         self._reports.append((step, time.time(), total, metrics if self.rank == 0 else None))
 
     def take(self) -> dict | None:
-        """The 'progress' message for what was reported since the last call, or None."""
-        reports = [self._reports.popleft() for _ in range(len(self._reports))]
+        """The 'progress' message for (at most CHUNK of) what was reported since the last call, or
+        None; call again while `pending`."""
+        # Rank 0 sends its reports (CHUNK at a time); the others only their step time.
+        count = min(CHUNK, len(self._reports)) if self.rank == 0 else len(self._reports)
+        reports = [self._reports.popleft() for _ in range(count)]
         if not reports:
             return None
         for _, _, total, _ in reports:
@@ -63,3 +67,7 @@ class ProgressReporter:
             message["reports"] = [{"step": s, "time": t, "metrics": {k: plain(v) for k, v in m.items()}}
                                   for s, t, _, m in reports]
         return message
+
+    @property
+    def pending(self) -> bool:
+        return bool(self._reports)
