@@ -45,11 +45,12 @@ def main(ctx: launcher.JobContext):
     grad_step = jax.jit(jax.value_and_grad(loss_fn))
     update = jax.jit(lambda p, g: jax.tree_util.tree_map(lambda a, b: a - lr * b, p, g), out_shardings=shardings)
     losses = []
-    for _ in range(steps):
+    for step in range(steps):
         loss, grads = grad_step(params, x, y)
         grads = launcher.allreduce(grads, op="mean")   # sharded over local devices, averaged over processes
         losses.append(float(launcher.allreduce(np.float32(loss), op="mean")))
         params = update(params, grads)
+        ctx.report(step, total=steps, loss=losses[-1])
     assert params["w1"].sharding == shardings["w1"], "the update must keep the model-parallel layout"
     ctx.logger.info("loss %.5f -> %.5f", losses[0], losses[-1])
     return {"losses": losses, "w1": np.asarray(params["w1"]), "w2": np.asarray(params["w2"])}

@@ -58,11 +58,17 @@ class Job(ABC):
             raise ValueError(f"job {self.id} has no run directory")
         return goodput(self.run.path)
 
-    def metrics(self) -> list[dict]:
-        """Every report of rank 0: [{'step', 'time', **metrics}], oldest first (over restarts)."""
+    def metrics(self, as_frame: bool = False):
+        """Every report of rank 0: [{'step', 'time', **metrics}], oldest first (over restarts); with
+        `as_frame=True` a pandas DataFrame (pandas is not a dependency: install it to use this)."""
         from ..progress import metrics
 
-        return [] if self.run is None else metrics(self.run.path)
+        rows = [] if self.run is None else metrics(self.run.path)
+        if as_frame:
+            import pandas
+
+            return pandas.DataFrame(rows)
+        return rows
 
     def done(self) -> bool:
         return self.state().final
