@@ -14,11 +14,11 @@ device environment (XLA_FLAGS, CUDA_VISIBLE_DEVICES) before JAX's first import.
 
 __version__ = "0.1.0"
 
-__all__ = ["run", "submit", "job", "Job", "allreduce", "broadcast", "allgather", "barrier", "TreePacker", "JobContext", "load_result", "load_spec",
+__all__ = ["run", "submit", "job", "Job", "Executor", "allreduce", "broadcast", "allgather", "barrier", "TreePacker", "JobContext", "load_result", "load_spec",
            "JobSpec", "JobState", "JobFailedError", "__version__"]
 
 _LAZY = {
-    "run": "api", "submit": "api", "job": "api", "Job": "api",
+    "run": "api", "submit": "api", "job": "api", "Job": "api", "Executor": "executor",
     "allreduce": "collectives", "broadcast": "collectives", "allgather": "collectives",
     "barrier": "collectives", "TreePacker": "collectives", "JobContext": "runtime.context", "load_result": "results",
     "load_spec": "spec", "JobSpec": "spec", "JobState": "states", "JobFailedError": "errors",

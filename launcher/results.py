@@ -173,7 +173,7 @@ def write_result(run_dir: RunDirectory, value) -> list[str]:
     if unencodable:
         paths = ", ".join(f"{p} ({t})" for p, t in unencodable[:5]) + (" ..." if len(unencodable) > 5 else "")
         try:
-            atomic_write_bytes(run_dir.path / PICKLE_FILE, pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
+            atomic_write_bytes(run_dir.path / PICKLE_FILE, _pickle(value))
             warnings.append(f"result.json cannot hold {paths}; the whole result is kept in "
                             f"{run_dir.path / PICKLE_FILE} (launcher.load_result reads it)")
         except Exception as exc:  # noqa: BLE001  (keep what can be kept)
@@ -187,6 +187,14 @@ def write_result(run_dir: RunDirectory, value) -> list[str]:
     for warning in warnings:
         log.warning("jaxlaunch: %s", warning)
     return warnings
+
+
+def _pickle(value) -> bytes:
+    """cloudpickle: a function job's result may be an instance of a class defined in a notebook,
+    which plain pickle can only name, not carry (pickle.loads reads both)."""
+    import cloudpickle
+
+    return cloudpickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
 
 
 class _NeedsPickle(Exception):

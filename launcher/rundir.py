@@ -14,6 +14,9 @@ Layout (the same for local runs and Slurm jobs):
     metrics.jsonl       ctx.report's progress: rank 0's metrics and every rank's step time (appended)
     events.jsonl        the run's timeline: notices, checkpoints, requeues, resumes
     result.json         what the entrypoint returned on rank 0 (arrays in result.npz)
+    environment.json    what ran: Python, packages, the job folder's git commit (git.diff: its
+                        uncommitted changes); code/: the job's code, with snapshot: true (provenance.py)
+    function/           a function job's pickled call (launcher/executor.py)
 """
 
 from __future__ import annotations
@@ -136,7 +139,7 @@ class RunDirectory:
         An existing directory is accepted only if empty, so no run overwrites another's results.
         Call it last, once everything that can fail has been checked: it leaves a folder behind.
         """
-        spec_json = spec.to_json(indent=2).encode()  # before anything exists on disk
+        spec.to_json()  # fails (unserialisable) before anything exists on disk
         target = cls.expand(cls.template(spec, path), spec, time.strftime("%Y%m%d-%H%M%S"))
         try:
             if target.exists() and any(target.iterdir()):
@@ -146,10 +149,26 @@ class RunDirectory:
                     raise UsageError(f"run directory {target} already holds files; choose a new or empty one")
             run = cls(target)
             run.logs.mkdir(parents=True, exist_ok=True)
-            atomic_write_bytes(run.spec_file, spec_json)
+            from .provenance import DIFF_FILE, ENVIRONMENT_FILE, environment_record, snapshot_code
+
+            if spec.snapshot:
+                spec = snapshot_code(spec, run.path)
+            atomic_write_bytes(run.spec_file, spec.to_json(indent=2).encode())
+            environment, diff = environment_record(spec)
+            atomic_write_json(run.path / ENVIRONMENT_FILE, environment)
+            if diff:
+                atomic_write_bytes(run.path / DIFF_FILE, diff.encode())
         except OSError as exc:
             raise UsageError(f"cannot create the run directory {target}: {exc.strerror or exc}") from None
         return run
+
+    def write_files(self, files: dict[str, bytes] | None) -> None:
+        """Write `files` ({relative path: bytes}) into the run directory, each atomically (a
+        function job's pickled call goes in before the job starts)."""
+        for name, data in (files or {}).items():
+            target = self.path / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_bytes(target, data)
 
     @classmethod
     def preview(cls, spec: JobSpec, path: str | Path | None = None) -> "RunDirectory":

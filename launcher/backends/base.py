@@ -170,8 +170,14 @@ class Backend(ABC):
     name = ""
 
     @abstractmethod
-    def start(self, spec, run_dir=None, **options) -> Job:
-        """Start `spec` (a JobSpec) and return at once with its handle."""
+    def start(self, spec, run_dir=None, files: dict[str, bytes] | None = None, **options) -> Job:
+        """Start `spec` (a JobSpec) and return at once with its handle. `files` ({relative path:
+        bytes}) are written into the run directory before the job starts (a function job's call)."""
+
+    @abstractmethod
+    def start_map(self, sweep, files: list[dict[str, bytes]], max_parallel: int | None = None) -> list[Job]:
+        """Start every configuration of `sweep` (one per item of Executor.map), configuration i
+        with `files[i]` in its run directory; the handles, in order."""
 
     @abstractmethod
     def start_sweep(self, sweep, run_dir=None, max_parallel: int | None = None, echo=print):

@@ -134,10 +134,11 @@ class LocalJob(Job):
 class LocalBackend(Backend):
     name = "local"
 
-    def start(self, spec: JobSpec, run_dir=None, **options) -> LocalJob:
+    def start(self, spec: JobSpec, run_dir=None, files: dict[str, bytes] | None = None, **options) -> LocalJob:
         """Start `spec` in a background process (`python -m launcher.background RUN_DIR`)."""
         launch.find_mpirun()  # fails with a clear message before a run directory exists
         run = RunDirectory.create(spec, run_dir)
+        run.write_files(files)
         with open(run.path / OUTPUT_LOG, "ab") as output:
             process = subprocess.Popen([sys.executable, "-m", "launcher.background", str(run.path)],
                                        stdout=output, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
@@ -206,6 +207,22 @@ class LocalBackend(Backend):
         launch.find_mpirun()
         directory = SweepDirectory.create(sweep, run_dir, backend="local")
         return directory, run_sweep_locally(directory, max_parallel or sweep.base.max_parallel or 1, echo=echo)
+
+    def start_map(self, sweep, files: list[dict[str, bytes]], max_parallel: int | None = None) -> list[LocalJob]:
+        """Every configuration in a sweep directory, run by one background process
+        (`python -m launcher.sweeps.local SWEEP_DIR N`) `max_parallel` at a time (default 1)."""
+        from ..sweeps.directory import SweepDirectory
+        from ..sweeps.local import OUTPUT_LOG as SWEEP_OUTPUT
+
+        launch.find_mpirun()
+        directory = SweepDirectory.create(sweep, None, backend="local")
+        runs = [run for _, run in directory.task_runs()]
+        for run, task_files in zip(runs, files):
+            run.write_files(task_files)
+        with open(directory.path / SWEEP_OUTPUT, "ab") as output:
+            subprocess.Popen([sys.executable, "-m", "launcher.sweeps.local", str(directory.path), str(max_parallel or 1)],
+                             stdout=output, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        return [LocalJob(run) for run in runs]
 
     def find(self, run_dir, run: RunDirectory | None = None) -> LocalJob:
         run = run or RunDirectory(run_dir)

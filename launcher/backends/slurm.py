@@ -201,7 +201,8 @@ class SlurmBackend(Backend):
     def __init__(self, watcher: SlurmWatcher | None = None):
         self.watcher = watcher or WATCHER
 
-    def start(self, spec: JobSpec, run_dir=None, check: bool = True, **options) -> SlurmJob:
+    def start(self, spec: JobSpec, run_dir=None, files: dict[str, bytes] | None = None, check: bool = True,
+              **options) -> SlurmJob:
         """Submit `spec` (the cluster check first, unless check=False); returns the handle."""
         from ..slurm.submission import render_for_submission
 
@@ -212,6 +213,7 @@ class SlurmBackend(Backend):
 
             warnings = refuse_if_it_cannot_fit([spec])
         run = RunDirectory.create(spec, run_dir)
+        run.write_files(files)
         job = SlurmJob(submit_job(spec, run), run, self.watcher)
         job.warnings = warnings
         return job
@@ -231,6 +233,22 @@ class SlurmBackend(Backend):
             echo(f"warning: {warning}")
         directory = SweepDirectory.create(sweep, run_dir, backend="slurm")
         return directory, submit_sweep(sweep, directory, max_parallel or sweep.base.max_parallel, echo=echo)
+
+    def start_map(self, sweep, files: list[dict[str, bytes]], max_parallel: int | None = None,
+                  check: bool = True) -> list[SlurmJob]:
+        """One job array (or several, past MaxArraySize) over the configurations; task i gets `files[i]`."""
+        from ..sweeps.array import submit_sweep
+        from ..sweeps.directory import SweepDirectory
+
+        if check:
+            from ..slurm.fit import refuse_if_it_cannot_fit
+
+            refuse_if_it_cannot_fit([sweep.base])
+        directory = SweepDirectory.create(sweep, None, backend="slurm")
+        for (_, run), task_files in zip(directory.task_runs(), files):
+            run.write_files(task_files)
+        submit_sweep(sweep, directory, max_parallel, echo=lambda message: None)
+        return [SlurmJob(task["job_id"], run, self.watcher) for task, run in directory.task_runs()]
 
     def preview(self, spec_or_sweep, run_dir=None, max_parallel: int | None = None) -> str:
         """The batch script (a sweep: its configurations and every job array's script)."""

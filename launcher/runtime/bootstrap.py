@@ -21,9 +21,12 @@ from .topology import node_name
 JOB_MODULE_PREFIX = "jaxlaunch_job_"  # job files are imported as modules named jaxlaunch_job_<stem>
 
 
-def load_entrypoint(entrypoint: str):
-    """The function named by 'pkg.module:function' or '/abs/path/file.py:function'."""
+def load_entrypoint(entrypoint: str, code: Path | None = None):
+    """The function named by 'pkg.module:function' or '/abs/path/file.py:function'. `code`: the
+    run's snapshot of the job's code (spec key snapshot), searched first for modules."""
     target, _, function = entrypoint.rpartition(":")
+    if code is not None:
+        sys.path.insert(0, str(code))
     if target.endswith(".py"):
         path = Path(target)
         sys.path.insert(0, str(path.parent))  # let the job import its sibling modules
@@ -32,7 +35,7 @@ def load_entrypoint(entrypoint: str):
         sys.modules[spec.name] = module
         spec.loader.exec_module(module)
     else:
-        sys.path.insert(0, os.getcwd())
+        sys.path.insert(1 if code is not None else 0, os.getcwd())
         module = importlib.import_module(target)
     try:
         return getattr(module, function)
@@ -172,7 +175,7 @@ def main() -> None:
                                                  comm=comm.Clone(), devices=devices, mesh=mesh,
                                                  asynchronous=spec.async_checkpoints),
                          progress=monitor.progress)
-        function = load_entrypoint(spec.entrypoint)
+        function = load_entrypoint(spec.entrypoint, run.path / "code" if spec.snapshot else None)
         if rank == 0:
             run.log_event("main_started", attempt=ctx.attempt)  # start-up ends here (launcher/goodput.py)
         started = time.perf_counter()

@@ -106,6 +106,8 @@ def resolve_entrypoint(spec: JobSpec, spec_dir: Path, where: str) -> JobSpec:
                             f"  fix: give the path relative to the spec's folder.")
         _check_defines(resolved, function, where, spec.entrypoint)
         return spec.replace(entrypoint=f"{resolved}:{function}")
+    if target.startswith("launcher."):
+        return spec  # jaxlaunch's own (the function job's entrypoint): installed with jaxlaunch itself
     # A module: the ranks import it with the working directory first on sys.path (plus any
     # PYTHONPATH the spec's env sets), so that is where it must be found.
     extra = [p for p in spec.env.get("PYTHONPATH", "").split(os.pathsep) if p]

@@ -172,6 +172,10 @@ class JobSpec(Record):
     async_checkpoints: bool = field(
         Boolean(), "ctx.checkpoints.save returns once the state is in host memory and writes it in the "
                    "background; false: every save blocks until it is on disk", True)
+    snapshot: bool = field(
+        Boolean(), "copy the job's code (the entrypoint's folder, else the working directory) into RUN_DIR/code "
+                   "when the run directory is made, and run that copy: edits made while the job waits in the queue "
+                   "do not reach it", False)
     max_parallel: int | None = field(
         Optional(COUNT), "sweeps: configurations running at once (Slurm --array %M; locally default 1); "
                          "--max-parallel overrides it", None)

@@ -77,3 +77,8 @@ def run_sweep_locally(directory: SweepDirectory, max_parallel: int, echo=print) 
     if interrupted:
         return 130
     return 0 if finished.get("COMPLETED", 0) == total else 1
+
+
+if __name__ == "__main__":  # `python -m launcher.sweeps.local SWEEP_DIR MAX_PARALLEL`: Executor.map's local runs
+    sys.exit(run_sweep_locally(SweepDirectory(sys.argv[1]), int(sys.argv[2]),
+                               echo=lambda message: print(message, flush=True)))

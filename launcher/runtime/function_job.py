@@ -1,0 +1,74 @@
+"""The entrypoint of a function job (launcher.Executor): every rank runs the pickled
+`fn(ctx, *args, **kwargs)` saved in RUN_DIR/function/.
+
+    function/call.pkl    cloudpickle of (fn, args, kwargs)
+    function/call.json   what pickled it: jaxlaunch and Python versions, the caller's sys.path
+
+The versions are compared before anything is unpickled, so a node with another Python or
+jaxlaunch gets one clear line instead of an unpickling traceback (bytecode pickled by value only
+loads in the Python minor version that made it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+from pathlib import Path
+
+FUNCTION_FOLDER = "function"
+CALL_FILE = "call.pkl"
+CALL_RECORD = "call.json"
+ENTRYPOINT = "launcher.runtime.function_job:main"
+
+
+class FunctionVersionError(RuntimeError):
+    """The function was pickled by another Python or jaxlaunch than the one on this node."""
+
+
+def call_record() -> dict:
+    """What the pickling side records in call.json (it must agree with the ranks' side)."""
+    from .. import __version__
+
+    return {"jaxlaunch": __version__, "python": platform.python_version(),
+            "python_executable": sys.executable, "sys_path": [p for p in sys.path if p]}
+
+
+def check_versions(record: dict, where: Path) -> None:
+    """Refuse a pickle made by another Python minor version or jaxlaunch version, naming both."""
+    from .. import __version__
+
+    here = platform.python_version()
+    problems = []
+    if record.get("python", "").split(".")[:2] != here.split(".")[:2]:
+        problems.append(f"Python {record.get('python')} there, Python {here} here ({sys.executable})")
+    if record.get("jaxlaunch") != __version__:
+        problems.append(f"jaxlaunch {record.get('jaxlaunch')} there, jaxlaunch {__version__} here")
+    if problems:
+        raise FunctionVersionError(
+            f"the function in {where} was pickled by another installation than this node runs: "
+            f"{'; '.join(problems)}. fix: run the job with the same Python and jaxlaunch as the caller "
+            f"(the same venv on a shared filesystem, or the same container image)")
+
+
+def load_call(run_dir: Path):
+    """(fn, args, kwargs) from RUN_DIR/function, after the version check. The caller's sys.path
+    entries that exist here are appended, so modules it imported functions from by reference (a
+    notebook's own helpers) import on the ranks too."""
+    folder = Path(run_dir) / FUNCTION_FOLDER
+    record = json.loads((folder / CALL_RECORD).read_text())
+    check_versions(record, folder)
+    for entry in record.get("sys_path", []):
+        if entry not in sys.path and os.path.isdir(entry):
+            sys.path.append(entry)
+    import cloudpickle  # noqa: F401  (pickles of functions by value need it importable)
+    import pickle
+
+    with open(folder / CALL_FILE, "rb") as handle:
+        return pickle.load(handle)
+
+
+def main(ctx):
+    fn, args, kwargs = load_call(ctx.run_dir)
+    return fn(ctx, *args, **kwargs)
