@@ -39,7 +39,7 @@ test-unit: setup
 	XLA_FLAGS=--xla_force_host_platform_device_count=2 $(PYTHON) -m pytest --with-mpi -p no:cacheprovider -m "not slurm"
 
 test-slurm: setup
-	$(PYTHON) -m pytest -p no:cacheprovider -m "slurm and not scale" tests/test_slurm.py tests/test_slurm_preemption.py tests/test_slurm_sweep.py tests/test_slurm_explain.py tests/test_doctor.py tests/test_slurm_backend.py tests/test_slurm_nodes.py
+	$(PYTHON) -m pytest -p no:cacheprovider -m "slurm and not scale" tests/test_slurm.py tests/test_slurm_preemption.py tests/test_slurm_sweep.py tests/test_slurm_explain.py tests/test_doctor.py tests/test_slurm_backend.py tests/test_slurm_nodes.py tests/test_slurm_function.py
 
 test-mpi: setup
 	XLA_FLAGS=--xla_force_host_platform_device_count=2 $(VENV)/bin/mpirun -n 2 --oversubscribe --bind-to none \
