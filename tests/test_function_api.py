@@ -181,3 +181,17 @@ def test_with_snapshot_code_edited_after_submit_does_not_reach_the_job(tmp_path,
     if snapshot:
         spec = json.loads((tmp_path / "run" / "spec.json").read_text())
         assert spec["entrypoint"] == f"{tmp_path / 'run' / 'code' / 'job.py'}:main"
+
+
+def test_an_executor_takes_a_spec_file_its_overrides_and_fields_and_ignores_its_entrypoint():
+    from conftest import JOBS
+    from launcher.runtime.function_job import ENTRYPOINT
+
+    executor = launcher.Executor("local", spec=JOBS / "normalize.yaml", overrides=["processes_per_node=3"],
+                                 timeout="10m")
+    spec = executor.job_spec(lambda ctx: 1)
+    assert spec.entrypoint == ENTRYPOINT and spec.name == "normalize"  # the file's name, not the function's
+    assert spec.processes_per_node == 3 and spec.timeout == 600
+    assert launcher.Executor("local").job_spec(test_a_bad_executor_field_is_the_spec_error_a_file_gets).name == \
+        "test_a_bad_executor_field_is_the_spec_error_a_file_gets"
+    assert launcher.Executor("local").job_spec(lambda ctx: 1).name == "lambda"
