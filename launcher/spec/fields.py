@@ -52,6 +52,10 @@ class Kind:
     def check(self, value: Any, loc: tuple, problems: list[Problem]) -> Any:
         raise NotImplementedError
 
+    def describe(self) -> str:
+        """The type in words, for the generated spec reference (docs/reference/spec.md)."""
+        return "any value"
+
     @staticmethod
     def wrong(loc, problems, expected, value):
         problems.append(Problem(loc, "invalid", f"expected {expected} (got {shown_value(value)})"))
@@ -59,11 +63,15 @@ class Kind:
 
 
 class Text(Kind):
+    describe = staticmethod(lambda: "string")
+
     def check(self, value, loc, problems):
         return value if isinstance(value, str) else self.wrong(loc, problems, "a string", value)
 
 
 class Boolean(Kind):
+    describe = staticmethod(lambda: "boolean")
+
     def check(self, value, loc, problems):
         return value if isinstance(value, bool) else self.wrong(loc, problems, "true or false", value)
 
@@ -71,6 +79,9 @@ class Boolean(Kind):
 class Integer(Kind):
     def __init__(self, minimum: int | None = None):
         self.minimum = minimum
+
+    def describe(self):
+        return "integer" if self.minimum is None else f"integer, at least {self.minimum}"
 
     def check(self, value, loc, problems):
         if isinstance(value, bool) or not isinstance(value, int):  # strict: no "2", no true, no 2.0
@@ -84,6 +95,9 @@ class Choice(Kind):
     def __init__(self, *options: str):
         self.options = options
 
+    def describe(self):
+        return "one of " + ", ".join(f"`{o}`" for o in self.options)
+
     def check(self, value, loc, problems):
         if isinstance(value, str) and value in self.options:
             return value
@@ -96,8 +110,11 @@ class Parsed(Kind):
     """A value written in several forms and stored as one (a duration: "30m" -> 1800). `parse`
     raises ValueError with the message."""
 
-    def __init__(self, parse: Callable[[Any], Any]):
-        self.parse = parse
+    def __init__(self, parse: Callable[[Any], Any], label: str = "value"):
+        self.parse, self.label = parse, label
+
+    def describe(self):
+        return self.label
 
     def check(self, value, loc, problems):
         try:
@@ -113,6 +130,9 @@ class Optional(Kind):
     def __init__(self, inner: Kind):
         self.inner = inner
 
+    def describe(self):
+        return f"{self.inner.describe()}, or null"
+
     def check(self, value, loc, problems):
         return None if value is None else self.inner.check(value, loc, problems)
 
@@ -126,6 +146,9 @@ class ListOf(Kind):
     def __init__(self, item: Kind):
         self.item = item
 
+    def describe(self):
+        return f"list of {self.item.describe()}s"
+
     def check(self, value, loc, problems):
         if not isinstance(value, list):
             return self.wrong(loc, problems, "a list", value)
@@ -138,6 +161,9 @@ class MappingOf(Kind):
 
     def __init__(self, value: Kind, before: Callable[[dict], dict] | None = None):
         self.value, self.before = value, before
+
+    def describe(self):
+        return "mapping of strings to " + ("any values" if isinstance(self.value, Anything) else f"{self.value.describe()}s")
 
     def check(self, value, loc, problems):
         if not isinstance(value, dict):
@@ -157,6 +183,9 @@ class Section(Kind):
 
     def __init__(self, record: type[Record]):
         self.record = record
+
+    def describe(self):
+        return "section (below)"
 
     def check(self, value, loc, problems):
         if isinstance(value, self.record):

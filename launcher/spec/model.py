@@ -103,7 +103,7 @@ def _directives_are_options(values: list) -> None:
 # --- the typed spec -----------------------------------------------------------------------
 
 # Seconds, written as 90, "30m", "1h30m" or "HH:MM:SS" in the spec.
-DURATION = Parsed(parse_duration)
+DURATION = Parsed(parse_duration, "duration: seconds, `30m`, `1h30m`, `2d` or `HH:MM:SS`")
 COUNT = Integer(minimum=1)
 STRINGS = ListOf(Text())
 
