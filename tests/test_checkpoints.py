@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from pathlib import Path
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from launcher.runtime.checkpoints import CheckpointError, Checkpoints, load_checkpoint
@@ -111,20 +112,12 @@ def test_load_outside_jaxlaunch_and_plain_numpy(tmp_path):
 
 
 def read_with_numpy_alone(folder):
-    """README's recipe, line for line: every leaf from the manifest and the data files."""
-    import json
-    import math
+    """The docs' recipe (docs/snippets/read_checkpoint.py, included in the page as is): every leaf
+    from the manifest and the data files, with NumPy alone."""
+    import runpy
 
-    manifest = json.load(open(f"{folder}/manifest.json"))
-    leaves = {}
-    for leaf in manifest["leaves"]:
-        array = np.empty(leaf["shape"], leaf["dtype"])
-        for piece in leaf["pieces"]:
-            shape = [stop - start for start, stop in piece["index"]]
-            array[tuple(slice(*bounds) for bounds in piece["index"])] = np.fromfile(
-                f"{folder}/{piece['file']}", leaf["dtype"], count=math.prod(shape), offset=piece["offset"]).reshape(shape)
-        leaves[leaf["path"]] = array
-    return leaves
+    recipe = runpy.run_path(str(Path(__file__).resolve().parent.parent / "docs" / "snippets" / "read_checkpoint.py"))
+    return recipe["read_with_numpy_alone"](folder)
 
 
 def test_bad_metadata_or_leaves_are_refused_before_anything_is_written(tmp_path):

@@ -128,7 +128,29 @@ def build_failure(*, state: str, reason: str, num_processes: int, rank_errors: l
                   finished_ranks: set[int], started_ranks: dict[int, str], rank_states: list[dict],
                   log_tail, launcher_exit_code: int | None, attempt: int, seen_at: float,
                   detail: str = "", launcher_tail: list[str] = ()) -> dict:
-    """The failure.json document (schema in the README).
+    """The failure.json document. Its keys:
+
+    | key | meaning |
+    |---|---|
+    | `state` | `FAILED`, `TIMEOUT` or `CANCELLED` |
+    | `reason` | `failed` (a rank failed), `left_early`, `timeout`, `collective_timeout` or `cancelled` |
+    | `summary` | one line, e.g. `rank 1 on node2 failed first: RuntimeError: boom` |
+    | `attempt` | which attempt failed (0 = the first) |
+    | `time` | when the supervisor wrote it (seconds since the epoch) |
+    | `first_failure` | the earliest failing rank (by time, as torchelastic does): a rank record, or null |
+    | `failed_ranks` | every failing rank's record, earliest first |
+    | `torn_down_ranks` | ranks that ended only because the job was torn down |
+    | `hang` | for timeouts, watchdog stops and cancels: `ranks` (per rank: `answered`, `host`, `where`, `collective`, `waiting_seconds`, `collectives_started`), and for the watchdog `collective` (`name`, `seq`, `seconds`) and `never_arrived` |
+    | `launcher` | `exit_code` of mpirun/srun and its last `messages` (also in `logs/launcher.log`) |
+
+    A rank record has `rank`, `host`, `time`, `exit_code`, `signal` (e.g. `SIGSEGV`, or null), `error` (the
+    exception's own `Type: message`, never a note JAX appends; or what happened, e.g. `killed by SIGKILL`),
+    `traceback` (Python's, or faulthandler's after a crash in C), and `source` (`rank`: the rank recorded it
+    itself; `launcher`: from mpirun's or srun's report; `watchdog`). A rank that dies without a trace and that
+    the launcher does not name (srun does not report a task that exits with code 0; mpirun may name the peer
+    whose connection broke instead) is reported as `vanished without a trace`.
+
+    How the root cause is chosen:
 
     Ranks that recorded their own error are failed, at the time they recorded it. Of the ranks
     known only from the launcher's report, the first one reported is the cause when no rank
