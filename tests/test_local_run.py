@@ -249,7 +249,7 @@ def test_a_file_the_job_never_closed_is_still_written(tmp_path):
 
 
 def test_checkpoint_benchmark_job_runs_every_writer_and_restores(tmp_path):
-    """A small size only (the figures come from the full run the README quotes): every writer
+    """A small size only (the figures come from the full run docs/design/preemption.md quotes): every writer
     that is installed gets a row, both restores of ours are timed, the plot is written."""
     result = jaxlaunch("run", JOBS / "bench_checkpoint.yaml", "--run-dir", tmp_path / "run",
                        "--set", "params.sizes_mib=[8]", "--set", "params.repeats=1")

@@ -12,7 +12,7 @@ import pytest
 from launcher.results import PLAIN_SCALARS, encode_result, load_result, write_result
 from launcher.rundir import RunDirectory
 
-PICKLE_FILE = "result.pkl"  # documented in README and launcher/results.py
+PICKLE_FILE = "result.pkl"  # documented in launcher/results.py (and so in docs/reference/files.md)
 
 
 def same(a, b) -> bool:

@@ -233,7 +233,7 @@ def test_unknown_job_ids_and_ranks_are_exit_2_on_a_real_cluster(slurm_env, tmp_p
 
 def test_the_overhead_benchmark_runs_as_the_readme_quotes_it(slurm_env, tmp_path):
     """`jaxlaunch run jobs/bench_launch.yaml --set params.submit=true` against the cluster, one pair
-    each: the job the README's overhead figures come from keeps working (no timing is asserted)."""
+    each: the job docs/benchmarks.md's overhead figures come from keeps working (no timing is asserted)."""
     result = jaxlaunch("run", JOBS / "bench_launch.yaml", "--set", "params.submit=true", "--set", "params.repeats=1",
                        "--run-dir", tmp_path / "run", env=slurm_env, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]

@@ -1,7 +1,7 @@
 """The rank's side of preemption: a notice flag, the signals that set it, and `should_stop()`,
 which turns each rank's flag into ONE answer that every rank shares.
 
-A notice reaches the ranks in one of three ways (see README, "Preemption"):
+A notice reaches the ranks in one of three ways (see docs/design/preemption.md):
 - SIGUSR2 to the rank: `scancel --signal=USR2` (the job steps), or mpirun forwarding it;
 - SIGTERM to the rank, once the job has called `should_stop()` (it can checkpoint): Slurm's
   preemption signals every task with SIGTERM, then SIGKILL after the partition's GraceTime;

@@ -1,6 +1,6 @@
 """Checkpoints for job authors: `ctx.checkpoints.save(step, state)` / `.restore(like=state)`.
 
-Format 2 (one folder per step, readable with NumPy alone; see README "Checkpoints"):
+Format 2 (one folder per step, readable with NumPy alone; see docs/design/preemption.md):
 
     RUN_DIR/checkpoints/step-00000042/
         manifest.json        step, time, metadata, the tree's structure, and per leaf: kind, dtype,
