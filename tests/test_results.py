@@ -132,12 +132,29 @@ def test_a_value_json_cannot_hold_is_kept_with_pickle_and_said_so(tmp_path, capl
 
 
 def test_unpicklable_value_still_writes_the_rest(tmp_path):
+    import threading
+
     run = RunDirectory(tmp_path)
-    warnings = write_result(run, {"loss": 0.5, "fn": lambda x: x})
+    warnings = write_result(run, {"loss": 0.5, "lock": threading.Lock()})
     assert "pickle failed too" in warnings[0]
     assert json.loads(run.result_file.read_text())["loss"] == 0.5
-    with pytest.raises(ValueError, match="could not hold result.fn"):
+    with pytest.raises(ValueError, match="could not hold result.lock"):
         load_result(tmp_path)
+
+
+def test_a_function_or_a_class_made_in_a_notebook_comes_back_through_cloudpickle(tmp_path):
+    """A function job's value may be a lambda or an instance of a class defined in __main__, which plain
+    pickle can only name, not carry."""
+    from dataclasses import dataclass
+
+    @dataclass
+    class Point:  # local: pickle could not find it by name
+        x: float
+
+    run = RunDirectory(tmp_path)
+    write_result(run, {"scale": lambda v: 2 * v, "where": Point(1.5)})
+    back = load_result(tmp_path)
+    assert back["scale"](3) == 6 and back["where"].x == 1.5
 
 
 def test_float64_int64_and_bool_scalars_are_plain_json_read_back_as_python_values(tmp_path):
