@@ -84,3 +84,13 @@ def test_every_package_says_what_lives_in_it():
     for init in PACKAGE.rglob("__init__.py"):
         doc = ast.get_docstring(ast.parse(init.read_text()))
         assert doc and len(doc) > 80, f"{init.relative_to(PACKAGE.parent)} needs a docstring saying what lives there"
+
+
+def test_every_package_ships_in_a_non_editable_install():
+    """pyproject.toml lists the packages by name: one left out is missing from the wheel (and from a
+    container image, which installs it non-editable) while editable installs hide the mistake."""
+    import tomllib
+
+    listed = set(tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {module_name(init) for init in PACKAGE.rglob("__init__.py")}
+    assert found <= listed, f"add them to [tool.setuptools] packages in pyproject.toml: {sorted(found - listed)}"
