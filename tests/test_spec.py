@@ -53,10 +53,9 @@ def test_misspelled_key_names_file_line_key_and_valid_keys(write_spec):
     message = error_of(write_spec, path.read_text())
     assert message == (
         f"{path}:3: nodez: unknown key.\n"
-        "  valid keys: async_checkpoints, collective_timeout, devices_per_process, entrypoint, env, jax_distributed, "
-        "jax_distributed_timeout, keep_checkpoints, max_parallel, "
-        "max_restarts, name, nodes, params, platform, processes_per_node, run_dir, setup, slurm, sweep, sweep_limit, "
-        "timeout\n"
+        "  valid keys: async_checkpoints, collective_timeout, container, devices_per_process, entrypoint, env, "
+        "jax_distributed, jax_distributed_timeout, keep_checkpoints, max_parallel, max_restarts, name, nodes, params, "
+        "platform, processes_per_node, run_dir, setup, slurm, snapshot, sweep, sweep_limit, timeout\n"
         "  fix: did you mean 'nodes'? rename or remove the key.")
 
 
@@ -280,11 +279,12 @@ def test_every_default():
         "devices_per_process": 1, "platform": "cpu", "jax_distributed": False, "jax_distributed_timeout": 900,
         "env": {}, "setup": [],
         "run_dir": None, "timeout": None, "collective_timeout": None, "max_restarts": 0, "keep_checkpoints": 2,
-        "async_checkpoints": True,
+        "async_checkpoints": True, "snapshot": False,
         "max_parallel": None, "sweep_limit": 1000,
         "slurm": {"partition": None, "time": None, "account": None, "qos": None, "gpus_per_node": None,
                   "gres": None, "cpus_per_task": None, "launch": "mpirun", "srun_mpi": "pmix", "max_requeues": 3,
                   "checkpoint_notice": 90, "extra": [], "health_check": None},
+        "container": None,
     }
 
 

@@ -11,3 +11,6 @@ CONTROL_TOKEN_ENV = "JAXLAUNCH_CONTROL_TOKEN"
 # Set by the user (spec env, or the batch environment): the address the supervisor binds to when
 # the compute nodes reach the batch node by another name than Slurm's NodeAddr.
 CONTROL_HOST_ENV = "JAXLAUNCH_CONTROL_HOST"
+# Set when the ranks run in a container image: jaxlaunch's version on the host (the supervisor's),
+# which the preflight compares with the image's.
+HOST_VERSION_ENV = "JAXLAUNCH_HOST_VERSION"

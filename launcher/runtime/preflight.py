@@ -1,7 +1,8 @@
 """Cross-rank preflight at job start: every rank reports its software and devices; rank 0
 compares them and the job stops at once, with a table that marks the odd rank out, when they
 differ. Catches what otherwise shows up hours into a job: a node with another venv (other
-versions of jax, mpi4jax, numpy...), a wrong device count, two ranks bound to one GPU.
+versions of jax, mpi4jax, numpy...), a wrong device count, two ranks bound to one GPU. Ranks in a
+container image report the image's software, and its jaxlaunch must be the host's version.
 
 The report is saved as RUN_DIR/preflight.json. Costs one gather and one broadcast of small
 dicts, and package versions read from metadata (nothing extra is imported).
@@ -14,10 +15,12 @@ import socket
 import sys
 from importlib import metadata
 
+from .environment import HOST_VERSION_ENV
+
 PREFLIGHT_FILE = "preflight.json"
 PACKAGES = ("jax", "jaxlib", "mpi4jax", "mpi4py", "numpy")
 # Fields every rank must agree on; the rest is for the record.
-MUST_MATCH = ("python", "python_version", *PACKAGES, "mpi_library", "platform", "device_count")
+MUST_MATCH = ("python", "python_version", "jaxlaunch", *PACKAGES, "mpi_library", "platform", "device_count")
 
 
 class PreflightError(RuntimeError):
@@ -33,11 +36,13 @@ def _version(package: str) -> str:
 
 def local_report(rank: int, devices, mpi_library: str) -> dict:
     """What this rank runs with: host, interpreter, package versions, MPI, devices."""
+    from .. import __version__
+
     platform = devices[0].platform if devices else "none"
     visible = os.environ.get("CUDA_VISIBLE_DEVICES", "") if platform == "gpu" else ""
     return {
         "rank": rank, "host": socket.gethostname(), "python": sys.executable,
-        "python_version": sys.version.split()[0],
+        "python_version": sys.version.split()[0], "jaxlaunch": __version__,
         **{package: _version(package) for package in PACKAGES},
         # "Open MPI v5.0.11, package: ..., ident: ..., repo rev: ...": the name and version suffice
         "mpi_library": mpi_library.splitlines()[0].strip().rstrip("\x00").split(",")[0] if mpi_library else "",
@@ -48,9 +53,15 @@ def local_report(rank: int, devices, mpi_library: str) -> dict:
     }
 
 
-def compare(reports: list[dict], expected_devices: int) -> list[str]:
-    """Problems found across the ranks' reports, each naming the odd rank(s) out."""
+def compare(reports: list[dict], expected_devices: int, host_version: str | None = None) -> list[str]:
+    """Problems found across the ranks' reports, each naming the odd rank(s) out. `host_version`:
+    jaxlaunch's version on the host, when the ranks run in a container image."""
     problems = []
+    inside = sorted({str(r.get("jaxlaunch")) for r in reports if r.get("jaxlaunch") != host_version})
+    if host_version is not None and inside:
+        problems.append(f"jaxlaunch: the container image has {', '.join(inside)}, the host (the job's supervisor) "
+                        f"has {host_version}; they must be the same version: rebuild the image with "
+                        f"jaxlaunch=={host_version}")
     for field in MUST_MATCH:
         values: dict = {}
         for report in reports:
@@ -80,7 +91,7 @@ def format_reports(reports: list[dict], problems: list[str]) -> str:
     """One row per rank; a `!` marks each value that differs from the majority."""
     from tabulate import tabulate
 
-    columns = ["rank", "host", "python", *PACKAGES, "mpi_library", "platform", "device_count", "gpus"]
+    columns = ["rank", "host", "python", "jaxlaunch", *PACKAGES, "mpi_library", "platform", "device_count", "gpus"]
     majority = {}
     for column in columns[1:]:
         counts: dict = {}
@@ -137,7 +148,7 @@ def run_preflight(comm, run, rank: int, devices, expected_devices: int) -> dict:
     reports = comm.gather(report, root=0)  # includes waiting for the slowest rank to get here
     verdict = None
     if rank == 0:
-        problems = compare(reports, expected_devices)
+        problems = compare(reports, expected_devices, os.environ.get(HOST_VERSION_ENV))
         document = {"ok": not problems, "problems": problems, "warnings": gpu_warnings(report),
                     "ranks": reports, "seconds": None}
         if problems:  # the first line is the one-line summary `jaxlaunch run` and failure.json show

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import jinja2
 
-from .. import __version__
-from ..launch import RANK_ENV_DEFAULTS, RANK_PROGRAM, mpirun_flags
+from .. import __version__, container
+from ..launch import RANK_ENV_DEFAULTS, mpirun_flags, rank_command
 from ..runtime.environment import ATTEMPT_ENV, CONTROL_ENV, CONTROL_TOKEN_ENV, RUN_DIR_ENV
 from ..spec import JobSpec, format_slurm_time
 
@@ -92,13 +92,15 @@ def sbatch_directives(spec: JobSpec, run_dir: Path, workdir: Path, output: Path 
     return lines
 
 
-def launch_line(spec: JobSpec, run_dir: Path, python: str, mpirun: str | None, is_root: bool,
+def launch_line(spec: JobSpec, run_dir: Path, workdir: Path, python: str, mpirun: str | None, is_root: bool,
                 exported: list[str]) -> str:
-    """The supervisor (exec'd: it becomes the batch shell) and, after `--`, the launcher it runs."""
-    program = [python, *RANK_PROGRAM]
+    """The supervisor (exec'd: it becomes the batch shell; always on the host, never in the
+    spec's container) and, after `--`, the launcher it runs."""
+    program = rank_command(spec, python, Path(run_dir), Path(workdir))
     if spec.slurm.launch == "srun":
         argv = ["srun", f"--mpi={spec.slurm.srun_mpi}", "--kill-on-bad-exit=1", f"--nodes={spec.nodes}",
-                f"--ntasks-per-node={spec.processes_per_node}", *program]
+                f"--ntasks-per-node={spec.processes_per_node}",
+                *container.srun_options(spec, Path(run_dir), Path(workdir), exported), *program]
     else:
         if mpirun is None:
             raise ValueError("launch: mpirun needs the path of mpirun")
@@ -109,12 +111,17 @@ def launch_line(spec: JobSpec, run_dir: Path, python: str, mpirun: str | None, i
     return "exec " + shlex.join([python, *SUPERVISOR_PROGRAM, str(run_dir), "--", *argv])
 
 
+def batch_environment(spec: JobSpec, run_dir: Path) -> dict[str, str]:
+    """The variables the batch script exports for every rank."""
+    return {**RANK_ENV_DEFAULTS, **(PMIX_SECURITY_DEFAULT if spec.slurm.launch == "srun" else {}), **spec.env,
+            RUN_DIR_ENV: str(run_dir), **container.rank_environment(spec)}
+
+
 def render_batch_script(spec: JobSpec, run_dir: Path, workdir: Path, python: str, mpirun: str | None,
                         is_root: bool = False) -> str:
     """The sbatch script for `spec`. Pure: the same arguments give the same text. `mpirun` may be
     None when the spec launches with srun."""
-    env = {**RANK_ENV_DEFAULTS, **(PMIX_SECURITY_DEFAULT if spec.slurm.launch == "srun" else {}), **spec.env,
-           RUN_DIR_ENV: str(run_dir)}
+    env = batch_environment(spec, run_dir)
     exports = [f"{name}={shlex.quote(value)}" for name, value in env.items()]
     return _template().render(
         version=__version__,
@@ -122,7 +129,7 @@ def render_batch_script(spec: JobSpec, run_dir: Path, workdir: Path, python: str
         directives=sbatch_directives(spec, Path(run_dir), Path(workdir)),
         setup=spec.setup,
         exports=exports,
-        launch_line=launch_line(spec, run_dir, python, mpirun, is_root, list(env)),
+        launch_line=launch_line(spec, run_dir, workdir, python, mpirun, is_root, list(env)),
     )
 
 

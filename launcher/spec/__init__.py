@@ -4,7 +4,7 @@ Everything after `load_spec` trusts the JobSpec it gets. Errors name the file, t
 path and the fix, so a user never has to read a traceback to find a typo.
 
   fields.py      typed records: kinds, ranges, every problem at once with its key path
-  model.py       JobSpec and SlurmSpec: each key's type, default and description; durations
+  model.py       JobSpec, SlurmSpec and ContainerSpec: each key's type, default and description; durations
   load.py        YAML file + --set overrides -> JobSpec, with file:line messages
   entrypoint.py  the entrypoint's file or module exists and defines the function (never run)
 
@@ -13,7 +13,7 @@ Names load lazily: a rank reading spec.json needs the model, not the YAML loader
 
 _WHERE = {
     "InvalidRecord": "fields",
-    "JOB_NAME": "model", "SPEC_KEYS": "model", "JobSpec": "model", "SlurmSpec": "model",
+    "ContainerSpec": "model", "JOB_NAME": "model", "SPEC_KEYS": "model", "JobSpec": "model", "SlurmSpec": "model",
     "format_slurm_time": "model", "parse_duration": "model",
     "SWEEP_SECTION": "load", "build_spec": "load", "describe_spec": "load", "load_spec": "load",
     "parse_overrides": "load", "read_spec_file": "load", "shown": "load", "validate_spec": "load",

@@ -11,7 +11,7 @@ from typing import Any
 
 from .. import yaml12
 from ..errors import SpecError
-from .fields import InvalidRecord, Problem, Record, Section
+from .fields import InvalidRecord, Optional, Problem, Record, Section
 from .entrypoint import resolve_entrypoint
 from .model import SPEC_KEYS, JobSpec
 
@@ -173,7 +173,8 @@ def _field_help(key_path: tuple) -> str:
         if record is None or key not in record.fields():
             break
         info = record.fields()[key]
-        record = info.kind.record if isinstance(info.kind, Section) else None
+        kind = info.kind.inner if isinstance(info.kind, Optional) else info.kind  # `container:` may be null
+        record = kind.record if isinstance(kind, Section) else None
     return info.description if info is not None else ""
 
 
@@ -212,6 +213,11 @@ def _check_consistency(spec: JobSpec) -> list[tuple[tuple, str]]:
                          f"x {spec.devices_per_process} devices; request at least {needed}"))
     if spec.timeout and slurm.time and slurm.time < spec.timeout:
         problems.append((("slurm", "time"), "the Slurm time limit is shorter than timeout; raise it or lower timeout"))
+    if spec.container is not None and spec.container.runtime == "pyxis" and slurm.launch != "srun":
+        problems.append((("container", "runtime"),
+                         "pyxis starts containers only through srun: in mpirun mode mpirun would run inside one "
+                         "pyxis container and cannot start ranks on the other nodes (NVIDIA/pyxis#164); "
+                         "set slurm.launch: srun"))
     return problems
 
 
@@ -248,6 +254,16 @@ def resolve_run_dir(spec: JobSpec, spec_dir: Path) -> JobSpec:
     if spec.run_dir is None or Path(spec.run_dir).is_absolute():
         return spec
     return spec.replace(run_dir=str(spec_dir / spec.run_dir))
+
+
+def resolve_image(spec: JobSpec, spec_dir: Path) -> JobSpec:
+    """A relative image path is relative to the spec's folder, like the entrypoint file and run_dir.
+    Registry names (pyxis, apptainer's docker://...) are not paths and stay as written."""
+    container = spec.container
+    if container is None or container.runtime == "pyxis" or "://" in container.image \
+            or Path(container.image).is_absolute():
+        return spec
+    return spec.replace(container=container.replace(image=str(spec_dir / container.image)))
 
 
 def describe_spec(spec: JobSpec) -> str:
@@ -325,6 +341,7 @@ def build_spec(path: Path, data: Any, lines: dict[tuple, int], overrides: list[t
     spec_dir = path.resolve().parent
     spec = resolve_entrypoint(spec, spec_dir, source.locate(("entrypoint",)))
     spec = resolve_run_dir(spec, spec_dir)
+    spec = resolve_image(spec, spec_dir)
     _check_serialisable(spec, source)
     return spec
 

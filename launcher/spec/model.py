@@ -1,5 +1,6 @@
-"""The typed job spec: JobSpec and its `slurm:` section, with every key's type, default, range and
-description. Everything after loading trusts a JobSpec: making one checks it (see fields.py)."""
+"""The typed job spec: JobSpec and its `slurm:` and `container:` sections, with every key's type,
+default, range and description. Everything after loading trusts a JobSpec: making one checks it
+(see fields.py)."""
 
 from __future__ import annotations
 
@@ -94,10 +95,24 @@ def _env_names(value: dict) -> None:
             raise ValueError(f"{key!r} is not a valid environment variable name")
 
 
-def _directives_are_options(values: list) -> None:
+def _options_of(program: str, example: str):
+    """A check that each value of a list is an option of `program` (it starts with '-')."""
+    def check(values: list) -> None:
+        for value in values:
+            if not value.startswith("-"):
+                raise ValueError(f"{value!r} is not {program} option; write it like {example!r}")
+    return check
+
+
+def _mounts_are_absolute(values: list) -> None:
     for value in values:
-        if not value.startswith("-"):
-            raise ValueError(f"{value!r} is not an sbatch option; write it like '--mem=8G'")
+        parts = value.split(":")
+        if len(parts) > 2 or not all(parts):
+            raise ValueError(f"{value!r} is not 'SRC' or 'SRC:DST' (paths without ':')")
+        if not all(part.startswith("/") for part in parts):
+            raise ValueError(f"{value!r}: mount paths must be absolute, like '/scratch' or '/data/in:/in'")
+        if "," in value:  # pyxis joins mounts with commas; a path holding one cannot be written there
+            raise ValueError(f"{value!r}: a mount path may not hold a comma")
 
 
 # --- the typed spec -----------------------------------------------------------------------
@@ -130,10 +145,31 @@ class SlurmSpec(Record):
         DURATION, "how long before the time limit Slurm warns the job (sbatch --signal=B:USR2@...), so it can "
                   "checkpoint and requeue: seconds, '2m', ...", 90)
     extra: list[str] = field(STRINGS, "extra #SBATCH directives, each like '--mem=8G'", factory=list,
-                             checks=(_directives_are_options,))
+                             checks=(_options_of("an sbatch", "--mem=8G"),))
     health_check: str | None = field(
         Optional(Text()), "a shell command run once on every node before the ranks start; a node where it fails "
                           "is excluded and the job requeued (counts against max_requeues)", None)
+
+
+CONTAINER_RUNTIMES = ("apptainer", "pyxis", "charliecloud")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ContainerSpec(Record):
+    image: str = field(Text(), "the image: an apptainer .sif file or URI, a pyxis/enroot image (registry name or "
+                               ".sqsh file), or a charliecloud image directory")
+    runtime: str = field(Choice(*CONTAINER_RUNTIMES), "how each rank enters the image: 'apptainer' or "
+                                                      "'charliecloud' (under mpirun or srun), 'pyxis' (srun only)")
+    mounts: list[str] = field(STRINGS, "extra bind mounts, 'SRC' or 'SRC:DST' (absolute paths); the run directory, "
+                                       "the working directory and the entrypoint's folder are always mounted",
+                              factory=list, checks=(_mounts_are_absolute,))
+    gpu: bool | None = field(
+        Optional(Boolean()), "give the ranks the host's GPUs (apptainer --nv); default: platform is gpu", None)
+    python: str = field(Text(), "the Python inside the image that has jaxlaunch installed; an absolute path, "
+                                "because charliecloud keeps the host's PATH", "/opt/venv/bin/python")
+    options: list[str] = field(STRINGS, "extra options for the runtime, each one argument, like '--writable-tmpfs' "
+                                        "(apptainer exec), '--join' (ch-run) or '--container-remap-root' (srun)",
+                               factory=list, checks=(_options_of("a container runtime", "--writable-tmpfs"),))
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -183,6 +219,9 @@ class JobSpec(Record):
         COUNT, "sweeps: the most configurations a sweep may expand to, so a typo cannot submit a million jobs; "
                "raise it on purpose", 1000)
     slurm: SlurmSpec = field(Section(SlurmSpec), "settings for `jaxlaunch submit`", factory=SlurmSpec)
+    container: ContainerSpec | None = field(
+        Optional(Section(ContainerSpec)), "run every rank inside a container image (the supervisor stays on the "
+                                          "host); default: no container", None)
 
     @property
     def num_processes(self) -> int:
@@ -194,4 +233,4 @@ class JobSpec(Record):
         return Path(path) if path.endswith(".py") else None
 
 
-SPEC_KEYS = {(): JobSpec, ("slurm",): SlurmSpec}
+SPEC_KEYS = {(): JobSpec, ("slurm",): SlurmSpec, ("container",): ContainerSpec}
