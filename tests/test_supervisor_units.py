@@ -111,6 +111,11 @@ elif mode == "hang_after_a_rank_died":  # as prterun once did after ranks died i
           "thus causing the job to be terminated. The first process to do so was:\n\n"
           "   Process name: [prterun-vm-22377@1,1]\n   Exit code:    14", flush=True)
     time.sleep(60)
+elif mode == "hang_after_mpi_init_failed":  # prterun, under load, after both ranks died in MPI_Init
+    print("*** An error occurred in MPI_Init_thread\n*** on a NULL communicator\n"
+          "[vm:05560] Local abort before MPI_INIT completed completed successfully, but am not able to "
+          "aggregate error messages, and not able to guarantee that all other processes were killed!", flush=True)
+    time.sleep(60)
 else:
     sys.exit(f"unknown mode {mode}")
 '''
@@ -213,6 +218,18 @@ def test_a_launcher_that_hangs_after_reporting_a_dead_rank_is_ended(fake_launche
     assert (outcome.state, outcome.exit_code) == ("FAILED", 1)
     failure = json.loads(run.failure_file.read_text())
     assert failure["first_failure"]["rank"] == 1 and failure["first_failure"]["exit_code"] == 14
+    assert any(e["event"] == "launcher_hung" for e in run.read_events())
+
+
+def test_a_launcher_that_hangs_after_its_ranks_died_in_mpi_init_is_ended(fake_launcher, tmp_path, monkeypatch):
+    """prterun reports no dead rank in that case (its words are the ranks' own), and was seen to hang
+    for good under load: 1 run in 7 of the pml=nonexistent test, which then ran into pytest's timeout."""
+    monkeypatch.setattr(supervise, "LAUNCHER_EXIT_SECONDS", 0.5)
+    spec, run = make_run(tmp_path)
+    started = time.monotonic()
+    outcome = supervisor(fake_launcher, spec, run, "hang_after_mpi_init_failed").supervise()
+    assert time.monotonic() - started < 20  # not the fake's 60 s
+    assert (outcome.state, outcome.exit_code) == ("FAILED", 1)
     assert any(e["event"] == "launcher_hung" for e in run.read_events())
 
 

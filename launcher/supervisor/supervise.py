@@ -44,6 +44,9 @@ TERMINATE_SECONDS = 5.0   # SIGTERM to the launcher's process group, then SIGKIL
 # After the launcher reported a rank dead, it must exit within this long: prterun has been seen
 # to hang for good after ranks died in MPI_Init (PMIX_ERR_UNREACH), a job that would never end.
 LAUNCHER_EXIT_SECONDS = 10.0
+# Open MPI's words for a rank that died inside MPI_Init. prterun does not report such a rank as
+# dead, and under load it was seen to hang for good after both ranks died that way (1 run in 7).
+MPI_INIT_FAILED = re.compile(r"error occurred in MPI_Init|MPI_INIT failed|abort before MPI_INIT", re.IGNORECASE)
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 
 NOTICE_SIGNAL = signal.SIGUSR2
@@ -299,7 +302,8 @@ class Supervisor:
                 break
             if rank_reported_dead is None and len(launcher_lines) != seen_lines:
                 seen_lines = len(launcher_lines)
-                if root_cause.parse_launcher_messages("\n".join(launcher_lines))[0]:
+                text = "\n".join(launcher_lines)
+                if root_cause.parse_launcher_messages(text)[0] or MPI_INIT_FAILED.search(text):
                     rank_reported_dead = time.monotonic()
             if rank_reported_dead is not None and time.monotonic() - rank_reported_dead > LAUNCHER_EXIT_SECONDS:
                 self.echo(f"jaxlaunch: the launcher reported a rank dead but did not exit within "
