@@ -52,6 +52,12 @@ def find_mpirun() -> str:
     return found
 
 
+def check_local(spec: JobSpec) -> None:
+    """What can stop a local run before its run directory exists: no mpirun, a runtime that needs srun."""
+    find_mpirun()
+    container.refuse_local_pyxis(spec)
+
+
 def mpirun_flags(num_processes: int, is_root: bool, oversubscribe: bool = True) -> list[str]:
     # --bind-to none: Open MPI pins each rank to one core by default, which starves XLA's threads.
     # --oversubscribe: locally, more ranks than cores is fine for CPU jobs; in a Slurm allocation

@@ -297,3 +297,13 @@ def test_doctor_starts_the_image_and_compares_jaxlaunch_and_mpi(charliecloud_ima
     # ch-run refuses to start without USER: said before anything else
     runtime = {c.name: c for c in run_checks({k: v for k, v in user_env.items() if k != "USER"}, spec)}
     assert runtime["container runtime"].status == FAIL and runtime["container runtime"].fix == "export USER=$(id -un)"
+
+
+def test_a_local_run_with_pyxis_is_refused_before_a_run_directory_exists(tmp_path):
+    from conftest import JOBS, jaxlaunch
+
+    done = jaxlaunch("run", JOBS / "normalize.yaml", "--set", "container.runtime=pyxis",
+                     "--set", "container.image=/images/x.sqsh", "--set", "slurm.launch=srun",
+                     "--run-dir", tmp_path / "run")
+    assert done.returncode == 2 and "pyxis runs only under srun" in done.stderr, done.stderr
+    assert not (tmp_path / "run").exists()

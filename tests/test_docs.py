@@ -99,10 +99,10 @@ def console_commands(page: Path) -> list[str]:
     return commands
 
 
-def run_page(page: Path, workdir: Path, env=None) -> subprocess.CompletedProcess:
+def run_page(page: Path, workdir: Path, env=None, links=("jobs", "tests")) -> subprocess.CompletedProcess:
     """Every command of the page in one bash session (so `&`, `$!` and `wait` work as typed), in a
     working directory that sees the repository's jobs/ and tests/ as a user's clone would."""
-    for name in ("jobs", "tests"):
+    for name in links:
         (workdir / name).symlink_to(ROOT / name)
     script = "set -euo pipefail\n" + "\n".join(f"echo '>>> {c}' >&2\n{c}" for c in console_commands(page))
     bin_dir = str(Path(sys.executable).parent)
@@ -135,6 +135,7 @@ def test_every_command_a_local_tutorial_shows_runs(page, tmp_path):
 def test_every_tutorial_page_with_commands_is_run_by_a_test():
     pages = [p for p in (ROOT / "docs" / "tutorials").glob("*.md") if console_commands(p)]
     tested = {ROOT / "docs" / p for p in LOCAL_PAGES} | {ROOT / "docs" / "tutorials" / "slurm.md"}
+    tested |= {ROOT / "docs" / "tutorials" / "containers.md"}  # below, with the image the container tests build
     assert set(pages) <= tested, f"untested tutorial commands in {sorted(set(pages) - tested)}"
 
 
@@ -157,3 +158,19 @@ def test_every_command_of_the_slurm_tutorial_runs_on_the_test_cluster(slurm_env,
         job_id = job_id or (submitted and submitted.group(1))
     text = "\n".join(outputs)
     assert "#SBATCH --nodes=2" in text and '"values": [0.1' in text and "COMPLETED" in text
+
+
+@pytest.mark.e2e
+def test_every_command_of_the_containers_tutorial_runs(charliecloud_image, tmp_path):
+    """The build (a rebuild: the image the container tests built, with this working directory as a
+    new mount point) and the normalize job in it, under the host's mpirun."""
+    # The job's folder is the user's own (the image mounts it at its own path); the build script and the
+    # image are the repository's.
+    (tmp_path / "jobs").mkdir()
+    for name in ("normalize.py", "normalize.yaml"):
+        shutil.copy(ROOT / "jobs" / name, tmp_path / "jobs" / name)
+    (tmp_path / "jobs" / "container").symlink_to(ROOT / "jobs" / "container")
+    done = run_page(ROOT / "docs" / "tutorials" / "containers.md", tmp_path, links=("tests", "build"))
+    print(done.stdout[-3000:], done.stderr[-3000:])
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert '"values": [0.1' in done.stdout

@@ -22,7 +22,7 @@ if [ $# -lt 1 ]; then
 fi
 image="$(realpath -m "$1")"
 shift
-root="$(cd "$(dirname "$0")/../.." && pwd)"
+root="$(cd "$(dirname "$(realpath "$0")")/../.." && pwd)"  # the checkout, also when called through a symlink
 python="${PYTHON:-$root/.venv/bin/python}"
 mirror="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 export USER="${USER:-$(id -un)}"  # ch-run refuses to start without it

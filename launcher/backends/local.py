@@ -136,7 +136,7 @@ class LocalBackend(Backend):
 
     def start(self, spec: JobSpec, run_dir=None, files: dict[str, bytes] | None = None, **options) -> LocalJob:
         """Start `spec` in a background process (`python -m launcher.background RUN_DIR`)."""
-        launch.find_mpirun()  # fails with a clear message before a run directory exists
+        launch.check_local(spec)  # fails with a clear message before a run directory exists
         run = RunDirectory.create(spec, run_dir)
         run.write_files(files)
         with open(run.path / OUTPUT_LOG, "ab") as output:
@@ -157,7 +157,7 @@ class LocalBackend(Backend):
 
     def run_here(self, spec: JobSpec, run_dir=None, echo=print, print_result=print) -> LocalJob:
         """`jaxlaunch run SPEC`: a new run directory, then `run_attached`."""
-        launch.find_mpirun()  # fails with a clear message before a run directory exists
+        launch.check_local(spec)  # fails with a clear message before a run directory exists
         return self.run_attached(spec, RunDirectory.create(spec, run_dir), echo=echo, print_result=print_result)
 
     def run_attached(self, spec: JobSpec, run: RunDirectory, echo=print, print_result=print,
