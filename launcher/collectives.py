@@ -9,27 +9,43 @@ How a leaf is read:
   any other way, such as a model-parallel weight) is this process's contribution: allreduce
   reduces over processes and returns the same kind of value, with the same sharding.
 
-How allreduce runs (hierarchical and fused):
+How allreduce and broadcast run. The common tree (arrays on the first local device of a CPU
+process, NumPy arrays, Python numbers) is *staged through host memory* by a plan cached per
+signature (each leaf's kind, shape and dtype):
+1. the leaves of each wire dtype are copied into one fresh host buffer, which is reduced in place
+   by ONE mpi4py call (in place is cheaper than out of place, the only form mpi4jax's handler
+   has: no extra copy inside MPI, and that pays for ours); a lone leaf (a loss, a packed buffer)
+   is sent from where it lies into a fresh buffer, without any copy. On the CPU a device array is
+   host memory: reading it costs no transfer, only the wait until it is computed, which happens
+   before the tracker counts the collective as started (a slow step is no hang);
+2. each device leaf comes back by one host-to-device put: a buffer that holds one leaf is handed
+   to JAX without a copy (64-byte aligned, as XLA needs), the leaves of a shared buffer are copied
+   out, so that a result never keeps its neighbours' memory alive.
+Leaves of 4 MiB or more travel alone, to save the copy out. Host leaves keep their float64/int64
+exactness (JAX without x64 would truncate them). Broadcast moves the raw bytes of every leaf in one
+buffer, whatever their dtypes. A lone array skips the tree machinery altogether.
+
+Everything else (per-device rows, arrays on other devices, replicated or sharded arrays, any
+leaf on a GPU) goes the device way, hierarchical and fused:
 1. leaves laid out per device are reduced over the local devices by ONE sharded XLA computation;
 2. ONE single-device jit on the first local device takes every device leaf, concatenates the
    leaves of each dtype into one buffer, makes ONE mpi4jax allreduce per dtype (see
    launcher/transport.py for why that call skips JAX's ordered-effect dispatch), splits the
-   buffers back and casts; leaves of 4 MiB or more travel alone, to save the copies;
+   buffers back and casts;
 3. per-device leaves get their result copied back to their devices.
-Host leaves (numpy, Python numbers) stay on the host: one mpi4py call per dtype, on a separate
-communicator (JAX without x64 would truncate their float64/int64, and a device round trip only
-adds copies).
+Host leaves in such a tree travel with mpi4py, on a communicator of their own.
 
 mpi4jax cannot run inside pmap or a jit spanning several devices, so these functions must be
 called outside jit/pmap; inside, reduce the local devices with `jax.lax.psum` as usual.
-Every process must call them in the same order with the same tree structure, shapes and dtypes.
-They are not thread-safe: call them from one thread.
+Every process must call them in the same order with the same tree structure, shapes, dtypes and
+placements. They are not thread-safe: call them from one thread.
 """
 
 from __future__ import annotations
 
 import functools
 import math
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -69,7 +85,8 @@ def _ordered_comm():
 @functools.cache
 def _host_comm():
     # Host leaves travel with mpi4py from this thread while mpi4jax calls run in XLA's threads;
-    # two threads must never race collectives on one communicator.
+    # two threads must never race collectives on one communicator. The first call is collective
+    # (a Clone): make it inside the tracker's enter/leave, or a rank that never comes is not named.
     return MPI.COMM_WORLD.Clone()
 
 
@@ -127,8 +144,8 @@ def _wire_dtype(dtype, op: str | None = None) -> np.dtype:
 
 def _result_dtype(dtype, op: str) -> np.dtype:
     dtype = np.dtype(dtype)
-    if op == "mean":
-        return np.dtype(np.float32) if not np.issubdtype(dtype, np.inexact) else dtype
+    if op == "mean":  # bfloat16 is no NumPy inexact type, yet a float: its mean stays bfloat16
+        return dtype if np.issubdtype(dtype, np.inexact) or dtype.name in _WIRE_DTYPES else np.dtype(np.float32)
     if dtype == np.bool_ and op == "sum":
         return np.dtype(np.int32)  # a sum of bools is a count
     return dtype
@@ -312,6 +329,304 @@ def _allreduce_host_leaves(leaves, kinds, indices, op, results):
             results[i] = _restore_host(value, leaves[i], kinds[i])
 
 
+# --- the staged path: the common tree through host memory (see the module doc) ------------
+
+def _device_put(aval, sharding, values, devices, committed, copy):
+    """jax.device_put with the signature of jaxlib's batched_device_put (used when that is missing)."""
+    return jax.device_put(values[0], devices[0], may_alias=not copy)
+
+
+try:  # the host-to-device put under jax.device_put, without its ~30 us of Python per array
+    from jax._src.array import ArrayImpl as _ArrayImpl
+    from jax._src.lib import xla_client as _xla_client
+
+    _put = _xla_client.batched_device_put
+except (ImportError, AttributeError):  # JAX internals moved: jax.device_put does the same, slower
+    _ArrayImpl = jax.Array  # never a leaf's exact type: no device leaf is staged then
+    _put = _device_put
+
+STAGED = True  # tests turn it off to run the device path on the CPU too
+ALIGNMENT = 64  # XLA's CPU client takes a host buffer without a copy only at this alignment
+ALIGN_FROM = 16 << 10  # bytes: a smaller lone leaf is just copied (handing it over buys nothing)
+_PYTHON_DTYPES = {bool: np.dtype(np.bool_), int: np.asarray(0).dtype, float: np.dtype(np.float64),
+                  complex: np.dtype(np.complex128)}
+_home_shardings = {}  # id -> a sharding object found equal to the home device's: one comparison each
+
+
+@functools.cache
+def _home_sharding():
+    return SingleDeviceSharding(_home_device())
+
+
+@functools.cache
+def _home_devices():
+    return [_home_device()]
+
+
+@functools.cache
+def _home_is_cpu() -> bool:
+    return _home_device().platform == "cpu"
+
+
+def _is_home_sharding(sharding) -> bool:
+    if _home_shardings.get(id(sharding)) is sharding:
+        return True
+    if sharding != _home_sharding():
+        return False
+    if len(_home_shardings) >= 256:  # a job that makes new sharding objects all the time
+        _home_shardings.clear()
+    _home_shardings[id(sharding)] = sharding  # kept alive, so its id is not reused meanwhile
+    return True
+
+
+def _mpi_dtype_ok(dtype) -> bool:
+    """MPI has a type for it, or it travels as one that has (bfloat16, float16)."""
+    return dtype.kind in "biufc" or dtype.name in _WIRE_DTYPES
+
+
+def _staged_signature(leaves):
+    """(kind, shape, dtype) per leaf when every leaf can be staged through host memory: a jax.Array
+    on the home device of a CPU process, a NumPy array or scalar, a Python number. None otherwise."""
+    if not (STAGED and _home_is_cpu()):
+        return None
+    signature = []
+    for leaf in leaves:
+        cls = type(leaf)
+        if cls is _ArrayImpl:
+            if not (_is_home_sharding(leaf.sharding) and _mpi_dtype_ok(leaf.dtype)):
+                return None
+            signature.append(("device", leaf.shape, leaf.dtype))
+        elif cls is np.ndarray:
+            if not _mpi_dtype_ok(leaf.dtype):
+                return None
+            signature.append(("numpy", leaf.shape, leaf.dtype))
+        elif cls in _PYTHON_DTYPES:
+            signature.append(("python", (), _PYTHON_DTYPES[cls]))
+        elif isinstance(leaf, np.generic) and _mpi_dtype_ok(leaf.dtype):
+            signature.append(("scalar", (), leaf.dtype))
+        else:
+            return None  # tracers, other placements, other types: the general path sorts them out
+    return tuple(signature)
+
+
+class _StagedLeaf(NamedTuple):
+    index: int          # in the flattened tree
+    kind: str           # "device", "numpy", "scalar" or "python"
+    shape: tuple
+    dtype: np.dtype     # the input's
+    start: int          # where it sits in its group's buffer, in the buffer's elements
+    stop: int
+    result: np.dtype    # what a device leaf comes back as
+    aval: object        # the result's abstract value, for device leaves; None for host leaves
+
+
+class _StagedGroup(NamedTuple):
+    """The leaves of one buffer and one MPI call."""
+    wire: np.dtype
+    size: int           # in elements
+    leaves: tuple
+    plain: bool         # device leaves only, coming back in the wire dtype as they are: the short loop
+
+
+def _staged_group(wire, size, leaves, op=None):
+    plain = op != "mean" and all(leaf.aval is not None and leaf.result == wire for leaf in leaves)
+    return _StagedGroup(wire, size, tuple(leaves), plain)
+
+
+def _staged_leaf(index, kind, shape, dtype, start, stop, result):
+    aval = jax.core.ShapedArray(shape, result) if kind == "device" else None
+    return _StagedLeaf(index, kind, shape, dtype, start, stop, result, aval)
+
+
+@functools.lru_cache(maxsize=256)
+def _allreduce_plan(signature, op):
+    """The groups of _groups (the same calls in the same order on every rank), laid out."""
+    groups = []
+    for members in _groups([(shape, dtype) for _, shape, dtype in signature], op):
+        staged, start = [], 0
+        for i in members:
+            kind, shape, dtype = signature[i]
+            stop = start + math.prod(shape)
+            staged.append(_staged_leaf(i, kind, shape, dtype, start, stop, _result_dtype(dtype, op)))
+            start = stop
+        groups.append(_staged_group(_wire_dtype(signature[members[0]][2], op), start, staged, op))
+    return tuple(groups)
+
+
+@functools.lru_cache(maxsize=256)
+def _broadcast_plan(signature):
+    """One buffer, one MPI call: a lone leaf in its own dtype, several leaves as bytes (each at an
+    aligned offset), whatever their dtypes."""
+    if len(signature) == 1:
+        ((kind, shape, dtype),) = signature
+        size = math.prod(shape)
+        return _staged_group(dtype, size, [_staged_leaf(0, kind, shape, dtype, 0, size, dtype)])
+    staged, start = [], 0
+    for i, (kind, shape, dtype) in enumerate(signature):
+        stop = start + math.prod(shape) * dtype.itemsize
+        staged.append(_staged_leaf(i, kind, shape, dtype, start, stop, dtype))
+        start = -(-stop // ALIGNMENT) * ALIGNMENT
+    return _staged_group(np.dtype(np.uint8), start, staged)
+
+
+def _buffer(shape, dtype) -> np.ndarray:
+    """A fresh buffer; a large one starts on an ALIGNMENT boundary, so that it can become a result
+    without a copy."""
+    nbytes = math.prod(shape) * dtype.itemsize
+    if nbytes < ALIGN_FROM:
+        return np.empty(shape, dtype)
+    raw = np.empty(nbytes + ALIGNMENT, np.uint8)
+    start = -raw.ctypes.data % ALIGNMENT
+    return raw[start:start + nbytes].view(dtype).reshape(shape)
+
+
+def _empty(group) -> np.ndarray:
+    """A fresh buffer for the group: flat for several leaves, in its shape for a lone leaf."""
+    if len(group.leaves) > 1:
+        return np.empty(group.size, group.wire)
+    return _buffer(group.leaves[0].shape, group.wire)
+
+
+def _gather(leaves, group) -> np.ndarray:
+    """The group's leaves in one fresh buffer (see _empty). Reading a device leaf waits until it is
+    computed; on the CPU it is host memory, so there is no transfer."""
+    buffer = _empty(group)
+    if len(group.leaves) == 1:
+        buffer[...] = np.asarray(leaves[group.leaves[0].index])
+    elif group.wire == np.uint8:  # bytes of any dtypes (broadcast)
+        for leaf in group.leaves:
+            buffer[leaf.start:leaf.stop] = np.asarray(leaves[leaf.index]).reshape(-1).view(np.uint8)
+    else:
+        for leaf in group.leaves:
+            buffer[leaf.start:leaf.stop] = np.asarray(leaves[leaf.index]).reshape(-1)
+    return buffer
+
+
+def _stage(leaves, group):
+    """(send, receive) buffers of the group's MPI call. Several leaves are copied into one buffer,
+    reduced in place (in place costs less than out of place, which pays for the copy); a lone leaf
+    is sent from where it lies to a buffer of its own: no copy at all."""
+    if len(group.leaves) > 1:
+        return MPI.IN_PLACE, _gather(leaves, group)
+    return np.ascontiguousarray(leaves[group.leaves[0].index], group.wire), _empty(group)
+
+
+def _allreduce_tracked(pairs, op) -> int:
+    """The MPI calls of one launcher allreduce, one collective for the watchdog (pending only while
+    in MPI: the inputs were waited for before). Returns the number of processes."""
+    seq = TRACKER.start("allreduce")
+    TRACKER.enter(seq, "allreduce")
+    try:
+        comm = _host_comm()
+        for send, receive in pairs:
+            comm.Allreduce(send, receive, op=_MPI_OPS[op])
+    finally:
+        TRACKER.leave()
+    return comm.Get_size()
+
+
+def _bcast_tracked(buffer, root) -> None:
+    """One launcher broadcast's MPI call, on the buffer's bytes (MPI has no type for bfloat16)."""
+    seq = TRACKER.start("broadcast")
+    TRACKER.enter(seq, "broadcast")
+    try:
+        _host_comm().Bcast(buffer.reshape(-1).view(np.uint8), root=root)
+    finally:
+        TRACKER.leave()
+
+
+def _allreduce_staged(leaves, groups, op):
+    staged = [_stage(leaves, group) for group in groups]  # waits for the inputs: before the tracker
+    processes = _allreduce_tracked(staged, op)
+    sharding, devices = _home_sharding(), _home_devices()
+    results = [None] * len(leaves)
+    for group, (_, buffer) in zip(groups, staged):
+        if group.plain and len(group.leaves) == 1:  # its own buffer becomes the result: no copy
+            leaf = group.leaves[0]
+            results[leaf.index] = _put(leaf.aval, sharding, [buffer], devices, True, False)
+        elif group.plain:  # copied out: a result must not keep its neighbours' memory alive
+            for leaf in group.leaves:
+                results[leaf.index] = _put(leaf.aval, sharding, [buffer[leaf.start:leaf.stop].reshape(leaf.shape)],
+                                           devices, True, True)
+        else:
+            _unpack_reduced(leaves, group, buffer, op, processes, results)
+    return results
+
+
+def _unpack_reduced(leaves, group, buffer, op, processes, results):
+    """A group with a mean, casts or host leaves: the device path's rules for device leaves, the host
+    path's for host leaves (a mean is value / processes; the rest keeps its dtype)."""
+    alone = len(group.leaves) == 1  # a buffer of its own is the result's to keep
+    divided = op == "mean" and buffer.dtype.kind in "fc"
+    if divided:  # one pass over the buffer rather than an array per leaf
+        np.divide(buffer, processes, out=buffer)
+    for leaf in group.leaves:
+        value, fresh = (buffer, True) if alone else (buffer[leaf.start:leaf.stop].reshape(leaf.shape), False)
+        if op == "mean" and not divided:
+            value, fresh = value / processes, True
+        if leaf.aval is not None:
+            if value.dtype != leaf.result:
+                value, fresh = value.astype(leaf.result), True
+            results[leaf.index] = _put(leaf.aval, _home_sharding(), [value], _home_devices(), True, not fresh)
+        else:
+            if op != "mean" and value.dtype != leaf.result:
+                value, fresh = value.astype(leaf.result), True
+            results[leaf.index] = _restore_host(value if fresh else value.copy(), leaves[leaf.index], leaf.kind)
+
+
+@functools.lru_cache(maxsize=256)
+def _result_aval(shape, dtype):
+    return jax.core.ShapedArray(shape, dtype)
+
+
+def _allreduce_one_array(x, op):
+    """launcher.allreduce(x) of one array on the home device that comes back in its own dtype: the
+    commonest call (a loss, a count, a packed gradient buffer), as the staged path makes it, without
+    the tree machinery around it (~10 us of Python). None when x is not such an array."""
+    dtype = x.dtype
+    if not (STAGED and dtype.kind in ("fc" if op == "mean" else "iufc") and _home_is_cpu()
+            and _is_home_sharding(x.sharding)):
+        return None
+    send = np.asarray(x)  # waits until x is computed: before the tracker
+    buffer = _buffer(send.shape, dtype)
+    processes = _allreduce_tracked([(send, buffer)], op)
+    if op == "mean":
+        np.divide(buffer, processes, out=buffer)
+    return _put(_result_aval(send.shape, dtype), _home_sharding(), [buffer], _home_devices(), True, False)
+
+
+def _broadcast_one_array(x, root):
+    """launcher.broadcast(x) of one array on the home device, as the staged path makes it, without the
+    tree machinery. None when x is not such an array."""
+    if not (STAGED and _home_is_cpu() and _is_home_sharding(x.sharding)):
+        return None
+    buffer = _buffer(x.shape, x.dtype)
+    if MPI.COMM_WORLD.Get_rank() == root:  # elsewhere the value is overwritten: no need to read (or wait for) it
+        buffer[...] = np.asarray(x)
+    _bcast_tracked(buffer, root)
+    return _put(_result_aval(x.shape, x.dtype), _home_sharding(), [buffer], _home_devices(), True, False)
+
+
+def _broadcast_staged(leaves, group, root):
+    # elsewhere than at the root the values are overwritten: no need to read (or wait for) them
+    buffer = _gather(leaves, group) if MPI.COMM_WORLD.Get_rank() == root else _empty(group)
+    _bcast_tracked(buffer, root)
+    sharding, devices = _home_sharding(), _home_devices()
+    if len(group.leaves) == 1:
+        leaf = group.leaves[0]
+        if leaf.aval is None:
+            return [_restore_host(buffer, leaves[0], leaf.kind)]
+        return [_put(leaf.aval, sharding, [buffer], devices, True, False)]
+    results = []
+    for leaf in group.leaves:
+        value = buffer[leaf.start:leaf.stop].view(leaf.dtype).reshape(leaf.shape)
+        if leaf.aval is None:
+            results.append(_restore_host(value.copy(), leaves[leaf.index], leaf.kind))
+        else:
+            results.append(_put(leaf.aval, sharding, [value], devices, True, True))
+    return results
+
+
 def _check_op(op):
     if op not in _MPI_OPS:
         raise ValueError(f"op={op!r} is not supported; use one of {', '.join(_MPI_OPS)}")
@@ -324,9 +639,16 @@ def allreduce(tree, op: str = "sum"):
     input's kind and placement. A sum of bools counts; max/min of bools are any/all.
     """
     _check_op(op)
+    if type(tree) is _ArrayImpl:
+        result = _allreduce_one_array(tree, op)
+        if result is not None:
+            return result
     leaves, treedef = jax.tree_util.tree_flatten(tree)
     if not leaves:
         return tree
+    signature = _staged_signature(leaves)
+    if signature is not None:
+        return treedef.unflatten(_allreduce_staged(leaves, _allreduce_plan(signature, op), op))
     home = _home_device()
     kinds = [_classify(v, tree, i, home) for i, v in enumerate(leaves)]
     results = [None] * len(leaves)
@@ -424,7 +746,14 @@ def _by_wire_dtype(leaves, indices):
 
 def broadcast(tree, root: int = 0):
     """Every process gets the root process's tree (same structure, shapes and dtypes required)."""
+    if type(tree) is _ArrayImpl:
+        result = _broadcast_one_array(tree, root)
+        if result is not None:
+            return result
     leaves, treedef = jax.tree_util.tree_flatten(tree)
+    signature = _staged_signature(leaves) if leaves else None
+    if signature is not None:
+        return treedef.unflatten(_broadcast_staged(leaves, _broadcast_plan(signature), root))
     kinds = [_classify(v, tree, i) for i, v in enumerate(leaves)]
     results = [None] * len(leaves)
     device = [i for i, k in enumerate(kinds) if k in DEVICE_KINDS]
@@ -468,7 +797,7 @@ def allgather(tree):
                 TRACKER.dispatched(seq, "allgather", gathered[-1])
             else:
                 buffer = np.ascontiguousarray(_host_concat([np.asarray(leaves[i], wire) for i in members]))
-                out = np.empty((_host_comm().Get_size(), buffer.size), buffer.dtype)
+                out = np.empty((MPI.COMM_WORLD.Get_size(), buffer.size), buffer.dtype)
                 TRACKER.enter(seq, "allgather")
                 _host_comm().Allgather(buffer, out)
                 TRACKER.leave()

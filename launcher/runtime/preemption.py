@@ -94,13 +94,12 @@ def should_stop() -> bool:
     import numpy as np
 
     _enable_sigterm_notice()
-    comm = _agreement_comm()
     mine = np.array([NOTICE.sources], dtype=np.int32)
     agreed = np.zeros(1, dtype=np.int32)
     seq = TRACKER.start("should_stop")
     TRACKER.enter(seq, "should_stop")
-    try:
-        comm.Allreduce(mine, agreed, op=_bitwise_or())
+    try:  # the first _agreement_comm() is collective (a Clone): inside, so a rank that never comes is named
+        _agreement_comm().Allreduce(mine, agreed, op=_bitwise_or())
     finally:
         TRACKER.leave()
     NOTICE.calls += 1

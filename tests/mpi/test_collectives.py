@@ -1,6 +1,8 @@
 """launcher collectives against NumPy references. Written for any MPI size and any number of
 local devices: run as `pytest --with-mpi tests/mpi` and `mpirun -n 2 python -m pytest --with-mpi tests/mpi`."""
 
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -66,7 +68,7 @@ def test_per_process_leaves_match_numpy(world, op, reference):
     assert isinstance(out["np"], np.ndarray) and isinstance(out["jax"], jax.Array)
 
 
-def test_mixed_dtypes_scalars_and_nesting(world):
+def test_mixed_dtypes_scalars_and_nesting(world, transport_path):
     rank, size = world
     tree = {
         "f32": np.full((2, 3), rank + 1, np.float32),
@@ -108,7 +110,7 @@ def test_bool_any_and_all(world):
     assert launcher.allreduce(np.array([True, False]), op="sum").tolist() == [size, 0]
 
 
-def test_broadcast_from_root(world):
+def test_broadcast_from_root(world, transport_path):
     rank, size = world
     root = size - 1
     tree = {"a": np.full(3, rank, np.float32), "b": jnp.array(rank * 10, jnp.int32), "c": [float(rank)]}
@@ -156,7 +158,7 @@ def test_allgather_half_precision_numpy_keeps_dtype(world):
     np.testing.assert_array_equal(out["f16"], -np.arange(size, dtype=np.float16))
 
 
-def test_broadcast_keeps_half_precision_dtypes(world):
+def test_broadcast_keeps_half_precision_dtypes(world, transport_path):
     """bf16/f16 travel as float32 on the wire; what comes back must have the input's dtype."""
     import ml_dtypes
     rank, size = world
@@ -194,10 +196,14 @@ def test_non_array_leaf_is_rejected():
         launcher.allreduce({"x": "text"})
 
 
-@pytest.fixture(params=["fast", "ordered"])
+@pytest.fixture(params=["staged", "fast", "ordered"])
 def transport_path(request, monkeypatch):
-    """Run a test over both transports: the fast FFI path and mpi4jax's public ordered op."""
-    from launcher import transport
+    """Run a test over every way a leaf can travel: staged through host memory (mpi4py, the CPU's
+    default for arrays on the first device), and the device path with mpi4jax's FFI target (fast)
+    or its public ordered op."""
+    from launcher import collectives, transport
+    if request.param != "staged":
+        monkeypatch.setattr(collectives, "STAGED", False)
     if request.param == "ordered":
         monkeypatch.setattr(transport, "FAST_PATH", False)
     else:
@@ -370,3 +376,134 @@ def test_tree_packer_from_shape_dtype_structs():
     back = packer.unpack(flat)
     assert back["b"].dtype == jnp.bfloat16 and back["a"].shape == (2, 2)
     np.testing.assert_array_equal(np.asarray(back["b"], np.float32), [2.5, 2.5, 2.5])
+
+
+def _mixed_tree(rank):
+    """Every kind of leaf the staged path takes, in several dtypes, small and large."""
+    import ml_dtypes
+    return {"f32": jnp.full((3, 2), rank + 1.5, jnp.float32), "bf16": jnp.full((5,), rank + 0.5, jnp.bfloat16),
+            "f16": jnp.array([rank, -rank], jnp.float16), "i32": jnp.arange(4, dtype=jnp.int32) * (rank + 1),
+            "bool": jnp.array([rank == 0, True]), "scalar": jnp.float32(rank),
+            "empty": jnp.zeros((0, 3), jnp.float32), "large": jnp.full((1 << 12) + 1, rank + 2.0, jnp.float32),
+            "np_f64": np.array([1.0 + 1e-12 * rank]), "np_i64": np.array([2**40 + rank]),
+            "np_bf16": np.full(2, rank + 0.25, ml_dtypes.bfloat16), "np_scalar": np.float32(rank),
+            "py_int": rank, "py_float": rank / 3, "py_bool": rank == 0}
+
+
+@pytest.mark.parametrize("op", ["sum", "mean", "max", "min"])
+def test_staged_results_match_the_device_path_leaf_for_leaf(world, op, monkeypatch):
+    """The staged path and the device path (which the tests above check against NumPy) must give
+    the same value, dtype, type and placement for every kind of leaf."""
+    from launcher import collectives
+    rank, _ = world
+    tree = _mixed_tree(rank)
+    assert collectives._staged_signature(jax.tree_util.tree_leaves(tree)) is not None
+    staged = launcher.allreduce(tree, op=op)
+    monkeypatch.setattr(collectives, "STAGED", False)
+    reference = launcher.allreduce(tree, op=op)
+    for key in tree:
+        got, want = staged[key], reference[key]
+        assert type(got) is type(want), (key, type(got), type(want))
+        assert np.asarray(got).dtype == np.asarray(want).dtype, key
+        assert np.shape(got) == np.shape(want), key
+        rtol = 1e-2 if key in ("bf16", "f16", "np_bf16") else 1e-6
+        np.testing.assert_allclose(np.asarray(got, np.float64), np.asarray(want, np.float64), rtol=rtol, err_msg=key)
+        if isinstance(want, jax.Array):  # on the input's device (the device path may name it another way)
+            assert got.sharding == tree[key].sharding and got.sharding.is_equivalent_to(want.sharding, got.ndim), key
+    assert staged["np_i64"][0] == reference["np_i64"][0]  # int64 exact (a float64 round trip would not be)
+
+
+def test_bfloat16_mean_stays_bfloat16(world, transport_path):
+    out = launcher.allreduce({"bf16": jnp.ones(3, jnp.bfloat16), "f16": jnp.ones(3, jnp.float16)}, op="mean")
+    assert out["bf16"].dtype == jnp.bfloat16 and out["f16"].dtype == jnp.float16
+    np.testing.assert_allclose(np.asarray(out["bf16"], np.float32), np.ones(3))
+
+
+@pytest.mark.parametrize("op", ["sum", "mean"])
+def test_staged_results_own_their_memory(world, op):
+    """A lone large leaf comes back as its staging buffer, handed to JAX without a copy: a later call
+    must not write into it, and donating it must not corrupt anything. A leaf of a shared buffer is
+    copied out, so keeping it does not keep its neighbours' memory alive."""
+    import gc
+    import tracemalloc
+    rank, size = world
+    big = jnp.full(1 << 16, rank + 1.0, jnp.float32)            # 256 KiB: alone in its buffer
+    first = launcher.allreduce(big, op=op)
+    second = launcher.allreduce(big * 3, op=op)
+    total = np.arange(1, size + 1).sum() / (size if op == "mean" else 1)
+    np.testing.assert_allclose(np.asarray(first), np.full(1 << 16, total))
+    np.testing.assert_allclose(np.asarray(second), np.full(1 << 16, 3 * total))
+    doubled = jax.jit(lambda x: x * 2, donate_argnums=0)(second)
+    np.testing.assert_allclose(np.asarray(doubled)[:3], 6 * total)
+    np.testing.assert_allclose(np.asarray(first)[:3], total)
+
+    tree = {"small": jnp.ones(4), "neighbour": jnp.ones(1 << 19)}  # 2 MiB: one shared buffer with `small`
+    launcher.allreduce(tree, op=op)                               # warm: plans, caches
+    gc.collect()
+    tracemalloc.start()
+    try:
+        kept = launcher.allreduce(tree, op=op)["small"]
+        gc.collect()
+        numpy_bytes = sum(stat.size for stat in tracemalloc.take_snapshot().filter_traces(
+            [tracemalloc.DomainFilter(True, np.lib.tracemalloc_domain)]).statistics("filename"))
+    finally:
+        tracemalloc.stop()
+    assert numpy_bytes < 1 << 20, f"keeping one small leaf keeps {numpy_bytes} bytes of NumPy memory alive"
+    np.testing.assert_allclose(np.asarray(kept), np.full(4, size / (size if op == "mean" else 1)))
+
+
+def test_broadcast_of_every_kind_of_leaf(world):
+    rank, size = world
+    root = size - 1
+    tree = _mixed_tree(rank)
+    out = launcher.broadcast(tree, root=root)
+    expected = _mixed_tree(root)
+    for key, want in expected.items():
+        got = out[key]
+        assert type(got) is type(want) or (isinstance(want, jax.Array) and isinstance(got, jax.Array)), key
+        assert np.dtype(np.asarray(got).dtype) == np.dtype(np.asarray(want).dtype), key
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want), err_msg=key)
+    lone = launcher.broadcast(jnp.full(1 << 14, rank, jnp.bfloat16), root=root)  # one leaf: no byte layout
+    assert lone.dtype == jnp.bfloat16
+    np.testing.assert_array_equal(np.asarray(lone, np.float32), np.full(1 << 14, root))
+
+
+def test_a_staged_collective_is_tracked_as_one_blocking_call(world):
+    """The watchdog sees a staged allreduce or broadcast as one collective, pending only inside MPI
+    (waiting for the inputs to be computed is no hang)."""
+    from launcher.runtime.tracker import TRACKER
+    seen = []
+    enter = TRACKER.enter
+    def spy(seq, name):
+        seen.append((seq, name, TRACKER.count))
+        enter(seq, name)
+    before = TRACKER.count
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(TRACKER, "enter", spy)
+        launcher.allreduce({"a": jnp.ones(3), "b": np.ones(2), "c": 1.0})
+        launcher.broadcast({"a": jnp.ones(3), "b": 2})
+    assert seen == [(before + 1, "allreduce", before + 1), (before + 2, "broadcast", before + 2)]
+    assert TRACKER.count == before + 2 and TRACKER.blocking is None
+    assert TRACKER.latest[0] == before + 2
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.int32, jnp.complex64, jnp.bfloat16, jnp.bool_, jnp.uint8])
+@pytest.mark.parametrize("shape", [(), (3, 2), (1 << 15,)], ids=["scalar", "matrix", "128k"])
+def test_one_array_matches_the_device_path(world, dtype, shape, monkeypatch):
+    """A lone array (a loss, a count, a packed buffer) takes a short cut: it must give what the device
+    path gives, for every op, and its broadcast what the root had."""
+    from launcher import collectives
+    rank, size = world
+    x = (jnp.arange(math.prod(shape)).reshape(shape) % 7 + rank).astype(dtype)
+    ops = ("sum", "mean") if dtype == jnp.complex64 else ("sum", "mean", "max", "min")  # MPI orders no complex
+    staged = {op: launcher.allreduce(x, op=op) for op in ops}
+    sent = launcher.broadcast(x, root=size - 1)
+    monkeypatch.setattr(collectives, "STAGED", False)
+    for op, got in staged.items():
+        want = launcher.allreduce(x, op=op)
+        assert got.dtype == want.dtype and got.shape == want.shape, op
+        assert got.sharding == x.sharding and got.sharding.is_equivalent_to(want.sharding, got.ndim), op
+        np.testing.assert_allclose(np.asarray(got, np.complex128), np.asarray(want, np.complex128), rtol=1e-2, err_msg=op)
+    want = (jnp.arange(math.prod(shape)).reshape(shape) % 7 + size - 1).astype(dtype)
+    assert sent.dtype == x.dtype and sent.shape == x.shape
+    np.testing.assert_array_equal(np.asarray(sent), np.asarray(want))
