@@ -1,22 +1,32 @@
 """Allreduce benchmark: launcher.allreduce against the baselines, side by side in one run.
 
 Methods (float32 sum across processes, one device per process):
-  mpi4py            raw MPI on numpy buffers: the limit
+  mpi4py            raw MPI on numpy buffers, out of place (send and receive buffers): the limit
+  mpi4py in-place   the same with MPI_IN_PLACE, which launcher.allreduce uses on the CPU: what
+                    MPI itself costs there (cheaper than out of place in Open MPI)
   mpi4jax per-leaf  one jitted mpi4jax.allreduce per array (what a user writes by hand)
-  launcher          launcher.allreduce: local reduce, then one fused mpi4jax call per dtype
+  launcher          launcher.allreduce of the arrays as they are (a tree of separate device arrays)
   launcher packed   the tree packed into one buffer inside the job's own jit (launcher.TreePacker),
                     then launcher.allreduce of that buffer: how a training step should exchange
                     gradients. The pack and unpack ride in jits the step runs anyway; what they add
                     there is measured apart (row field `pack_seconds`) and counted in the ratio.
   XLA global mesh   an XLA collective over a mesh of every device of every process (jax.distributed;
                     gloo on CPU): a psum inside one jit, no launcher code involved
+Then 8-byte calls of every launcher collective against the raw mpi4py call it makes: allreduce,
+broadcast and ctx.should_stop().
 
-Method: warm-up (and compilation) excluded; every repeat starts after an MPI barrier and ends with
-block_until_ready; a repeat's time is the slowest rank's; the figure is the median over repeats.
-Writes bench.json and bench.png into the run directory and prints a table.
+Method: warm-up (and compilation) excluded; the methods take turns in 5 interleaved blocks (the
+first method rotates; the XLA global mesh is timed apart, after them); every call starts after an
+MPI barrier and ends with block_until_ready; a call's time is the slowest rank's; a run's figure is
+the median over its calls. params.runs runs
+(default 5) give the median of the runs' medians and their min-max; ratios are taken within each
+run, then summarised the same way. The 1-minute load average before and after is recorded: this
+compares CPU work against MPI, so a busy machine skews it (the raw side slows most).
+Writes bench.json and bench.png into the run directory and prints the tables.
 """
 
 import json
+import os
 import time
 
 import jax
@@ -29,21 +39,44 @@ from mpi4py import MPI
 import launcher
 from launcher.rundir import atomic_write_bytes
 
-METHODS = ["mpi4py", "mpi4jax per-leaf", "launcher", "launcher packed", "XLA global mesh"]
+METHODS = ["mpi4py", "mpi4py in-place", "mpi4jax per-leaf", "launcher", "launcher packed", "XLA global mesh"]
+SMALL_OPS = ["allreduce", "broadcast", "should_stop"]  # 8-byte calls: raw mpi4py vs launcher
 WARMUP = 3
+BLOCKS = 5  # interleaved blocks per measurement (see side_by_side)
 
 
-def median_seconds(call, repeats, comm):
-    for _ in range(WARMUP):
-        jax.block_until_ready(call())
-    times = np.empty(repeats)
-    for i in range(repeats):
-        comm.Barrier()
-        start = time.perf_counter()
-        jax.block_until_ready(call())
-        times[i] = time.perf_counter() - start
-    comm.Allreduce(MPI.IN_PLACE, times, op=MPI.MAX)  # a repeat lasts as long as its slowest rank
-    return float(np.median(times))
+def side_by_side(calls, repeats, comm, blocks=BLOCKS):
+    """{name: median seconds}, in interleaved blocks: the methods take turns (the first one rotates),
+    each for about repeats / blocks calls after one untimed call. Call by call they would not do:
+    XLA's worker threads keep spinning for a while after a computation, and on a machine with as
+    many cores as ranks that slows whatever MPI call comes next by a scheduler time slice."""
+    names = list(calls)
+    for name in names:
+        for _ in range(WARMUP):
+            jax.block_until_ready(calls[name]())
+    per_block = max(1, -(-repeats // blocks))
+    times = {name: [] for name in names}
+    for block in range(blocks):
+        for k in range(len(names)):
+            name = names[(block + k) % len(names)]  # the same order on every rank
+            jax.block_until_ready(calls[name]())
+            for _ in range(per_block):
+                comm.Barrier()
+                start = time.perf_counter()
+                jax.block_until_ready(calls[name]())
+                times[name].append(time.perf_counter() - start)
+    medians = {}
+    for name in names:
+        seconds = np.array(times[name])
+        comm.Allreduce(MPI.IN_PLACE, seconds, op=MPI.MAX)  # a call lasts as long as its slowest rank
+        medians[name] = float(np.median(seconds))
+    return medians
+
+
+def one_by_one(call, repeats, comm):
+    """Median seconds of `call` in one block: for the XLA global mesh, whose gloo threads also keep
+    a core busy for a while after each call."""
+    return side_by_side({"call": call}, repeats, comm, blocks=1)["call"]
 
 
 def repeats_for(nbytes, scale):
@@ -63,6 +96,10 @@ def make_methods(comm, mpi4jax_comm, global_mesh):
         recv = np.empty_like(send)
         return lambda: comm.Allreduce(send, recv, op=MPI.SUM)
 
+    def in_place_method(leaves):
+        buffer = np.concatenate([np.asarray(x).ravel() for x in leaves])
+        return lambda: comm.Allreduce(MPI.IN_PLACE, buffer, op=MPI.SUM)  # sums grow: only the time counts
+
     def per_leaf_method(leaves):
         return lambda: [per_leaf(x) for x in leaves]
 
@@ -79,7 +116,18 @@ def make_methods(comm, mpi4jax_comm, global_mesh):
                     for x in leaves]
         return lambda: psum(globals_)
 
-    return dict(zip(METHODS, [mpi4py_method, per_leaf_method, launcher_method, packed_method, distributed_method]))
+    return dict(zip(METHODS, [mpi4py_method, in_place_method, per_leaf_method, launcher_method, packed_method,
+                              distributed_method]))
+
+
+def small_calls(ctx, comm, device):
+    """{op: (raw mpi4py call, launcher call)} for 8-byte messages."""
+    value = jax.device_put(jnp.ones(2, jnp.float32), device)
+    send, recv = np.ones(2, np.float32), np.empty(2, np.float32)
+    flag, agreed = np.zeros(1, np.int32), np.zeros(1, np.int32)
+    return {"allreduce": (lambda: comm.Allreduce(send, recv, op=MPI.SUM), lambda: launcher.allreduce(value)),
+            "broadcast": (lambda: comm.Bcast(recv, root=0), lambda: launcher.broadcast(value)),
+            "should_stop": (lambda: comm.Allreduce(flag, agreed, op=MPI.BOR), ctx.should_stop)}
 
 
 def pack_seconds(leaves, repeats, comm):
@@ -91,10 +139,10 @@ def pack_seconds(leaves, repeats, comm):
     consume = jax.jit(lambda t: [x * 0.5 for x in t])
     consume_packed = jax.jit(lambda flat: [x * 0.5 for x in packer.unpack(flat)])
     flat = produce_packed(leaves)
-    plain = median_seconds(lambda: produce(leaves), repeats, comm) + median_seconds(lambda: consume(leaves), repeats, comm)
-    packed = median_seconds(lambda: produce_packed(leaves), repeats, comm) + \
-        median_seconds(lambda: consume_packed(flat), repeats, comm)
-    return max(0.0, packed - plain)
+    t = side_by_side({"produce": lambda: produce(leaves), "produce packed": lambda: produce_packed(leaves),
+                      "consume": lambda: consume(leaves), "consume packed": lambda: consume_packed(flat)},
+                     repeats, comm)
+    return max(0.0, t["produce packed"] + t["consume packed"] - t["produce"] - t["consume"])
 
 
 def check_results(leaves, comm, mpi4jax_comm, global_mesh):
@@ -121,8 +169,14 @@ def can_plot(name: str) -> bool:
         return False
 
 
+def summary(values):
+    """Median and min-max of one figure over the runs."""
+    return {"median": float(np.median(values)), "min": float(np.min(values)), "max": float(np.max(values))}
+
+
 def main(ctx):
     plotting = can_plot("bench_allreduce") if ctx.is_main else False
+    load_before = os.getloadavg()[0]
     comm = MPI.COMM_WORLD.Clone()
     mpi4jax_comm = MPI.COMM_WORLD.Clone()
     device = ctx.local_devices[0]
@@ -130,6 +184,7 @@ def main(ctx):
     methods = make_methods(comm, mpi4jax_comm, global_mesh)
     sizes = [int(s) for s in ctx.params.get("sizes", [8, 1 << 10, 64 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20])]
     scale = float(ctx.params.get("repeat_scale", 1.0))
+    runs = int(ctx.params.get("runs", 5))
     tree_leaves = int(ctx.params.get("tree_leaves", 100))
     tree_bytes = int(ctx.params.get("tree_bytes", 4 << 20))
 
@@ -137,47 +192,107 @@ def main(ctx):
     per_leaf = tree_bytes // tree_leaves // 4
     tree = [jax.device_put(jnp.full(per_leaf, i, jnp.float32), device) for i in range(tree_leaves)]
     cases.append((f"{tree_leaves}-leaf tree, {tree_bytes >> 20} MiB", per_leaf * 4 * tree_leaves, tree))
+    for _, _, leaves in cases:
+        check_results(leaves, comm, mpi4jax_comm, global_mesh)
+    calls = {label: {name: make(leaves) for name, make in methods.items()} for label, _, leaves in cases}
+    small = small_calls(ctx, comm, device)
+    small_pairs = {f"{op} {side}": call for op, pair in small.items() for side, call in zip(("mpi4py", "launcher"), pair)}
+
+    per_run = []  # per run: {case: {"seconds": {...}, "pack_seconds": s}}, {op: {"mpi4py": s, "launcher": s}}
+    for run in range(runs):
+        rows = {}
+        for label, nbytes, leaves in cases:
+            repeats = repeats_for(nbytes, scale)
+            interleaved = {name: call for name, call in calls[label].items() if name != "XLA global mesh"}
+            seconds = side_by_side(interleaved, repeats, comm)
+            seconds["XLA global mesh"] = one_by_one(calls[label]["XLA global mesh"], repeats, comm)
+            rows[label] = {"seconds": seconds,
+                           "pack_seconds": pack_seconds(leaves, repeats, comm) if len(leaves) > 1 else 0.0}
+            if ctx.is_main:
+                print(f"run {run + 1}/{runs} " + format_row(label, rows[label]["seconds"]), flush=True)
+        timed = side_by_side(small_pairs, repeats_for(8, scale), comm)
+        per_run.append((rows, {op: {side: timed[f"{op} {side}"] for side in ("mpi4py", "launcher")} for op in small}))
 
     rows = []
     for label, nbytes, leaves in cases:
-        check_results(leaves, comm, mpi4jax_comm, global_mesh)
-        repeats = repeats_for(nbytes, scale)
-        timings = {name: median_seconds(make(leaves), repeats, comm) for name, make in methods.items()}
-        rows.append({"case": label, "bytes": nbytes, "leaves": len(leaves), "repeats": repeats, "seconds": timings,
-                     "pack_seconds": pack_seconds(leaves, repeats, comm) if len(leaves) > 1 else 0.0})
-        if ctx.is_main:
-            print(format_row(rows[-1]), flush=True)
-
+        seconds = [run_rows[label]["seconds"] for run_rows, _ in per_run]
+        packs = [run_rows[label]["pack_seconds"] for run_rows, _ in per_run]
+        rows.append({"case": label, "bytes": nbytes, "leaves": len(leaves), "repeats": repeats_for(nbytes, scale),
+                     "runs": runs,
+                     "seconds": {m: float(np.median([s[m] for s in seconds])) for m in METHODS},
+                     "per_run": seconds,
+                     "spread": {m: summary([s[m] for s in seconds]) for m in METHODS},
+                     "pack_seconds": float(np.median(packs)),
+                     "ratios": {"launcher / mpi4py": summary([s["launcher"] / s["mpi4py"] for s in seconds]),
+                                "launcher / mpi4py in-place": summary([s["launcher"] / s["mpi4py in-place"]
+                                                                      for s in seconds]),
+                                "packed (+ pack in jit) / mpi4py": summary(
+                                    [(s["launcher packed"] + p) / s["mpi4py"] for s, p in zip(seconds, packs)])}})
+    small_rows = [{"op": op, "bytes": 8, "runs": runs,
+                   "mpi4py": summary([t[op]["mpi4py"] for _, t in per_run]),
+                   "launcher": summary([t[op]["launcher"] for _, t in per_run]),
+                   "per_run": [t[op] for _, t in per_run]} for op in small]
+    load_after = os.getloadavg()[0]
     report = {"processes": ctx.size, "devices_per_process": ctx.num_local_devices, "methods": METHODS,
-              "rows": rows, "jax": jax.__version__, "mpi4jax": mpi4jax.__version__,
+              "runs": runs, "rows": rows, "small": small_rows,
+              "load_average_1min": {"before": load_before, "after": load_after}, "cpus": os.cpu_count(),
+              "jax": jax.__version__, "mpi4jax": mpi4jax.__version__,
               "mpi": MPI.Get_library_version().splitlines()[0]}
+    table = format_table(rows) + "\n\n" + format_small_table(small_rows) + "\n\n" + format_conditions(report)
     if ctx.is_main:
-        print(format_table(rows), flush=True)
+        print(table, flush=True)
         atomic_write_bytes(ctx.run_dir / "bench.json", json.dumps(report, indent=2).encode())
         if plotting:
             plot(rows, ctx.run_dir / "bench.png", ctx.size)
-    return {"rows": rows, "table": format_table(rows)}
+    return {"rows": rows, "small": small_rows, "table": table}
 
 
 def human_time(seconds):
     return f"{seconds * 1e6:.1f} us" if seconds < 1e-3 else f"{seconds * 1e3:.2f} ms"
 
 
-def format_row(row):
-    return f"{row['case']}: " + ", ".join(f"{m} {human_time(t)}" for m, t in row["seconds"].items())
+def with_spread(spread, unit=human_time):
+    """`median (min-max)`, or the median alone for one run."""
+    if spread["min"] == spread["max"]:
+        return unit(spread["median"])
+    return f"{unit(spread['median'])} ({unit(spread['min'])}-{unit(spread['max'])})"
+
+
+def ratio(value):
+    return f"{value:.2f}x"
+
+
+def format_row(label, seconds):
+    return f"{label}: " + ", ".join(f"{m} {human_time(t)}" for m, t in seconds.items())
 
 
 def format_table(rows):
-    header = ("| case | " + " | ".join(METHODS) + " | launcher / mpi4py | packed (+ pack in jit) / mpi4py "
-              "| per-leaf / launcher |")
-    lines = [header, "|" + "---|" * (len(METHODS) + 4)]
+    header = ("| case | " + " | ".join(METHODS) + " | launcher / mpi4py | launcher / mpi4py in-place "
+              "| packed (+ pack in jit) / mpi4py | per-leaf / launcher |")
+    lines = [header, "|" + "---|" * (len(METHODS) + 5)]
     for row in rows:
         t = row["seconds"]
-        packed = (t["launcher packed"] + row.get("pack_seconds", 0.0)) / t["mpi4py"]
-        lines.append(f"| {row['case']} | " + " | ".join(human_time(t[m]) for m in METHODS)
-                     + f" | {t['launcher'] / t['mpi4py']:.2f}x | {packed:.2f}x"
+        lines.append(f"| {row['case']} | " + " | ".join(with_spread(row["spread"][m]) for m in METHODS)
+                     + " | " + " | ".join(with_spread(row["ratios"][r], ratio) for r in
+                                          ("launcher / mpi4py", "launcher / mpi4py in-place",
+                                           "packed (+ pack in jit) / mpi4py"))
                      + f" | {t['mpi4jax per-leaf'] / t['launcher']:.1f}x |")
     return "\n".join(lines)
+
+
+def format_small_table(small_rows):
+    lines = ["| 8 B call | mpi4py | launcher |", "|---|---|---|"]
+    names = {"allreduce": "allreduce", "broadcast": "broadcast", "should_stop": "should_stop()"}
+    for row in small_rows:
+        lines.append(f"| {names[row['op']]} | {with_spread(row['mpi4py'])} | {with_spread(row['launcher'])} |")
+    return "\n".join(lines)
+
+
+def format_conditions(report):
+    load = report["load_average_1min"]
+    return (f"{report['processes']} processes x {report['devices_per_process']} device, {report['runs']} runs "
+            f"(median of run medians, min-max in brackets); 1-min load average {load['before']:.2f} at the start, "
+            f"{load['after']:.2f} at the end (this job's own ranks included), on {report['cpus']} CPUs")
 
 
 def plot(rows, path, processes):

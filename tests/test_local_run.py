@@ -95,17 +95,22 @@ def test_bad_spec_through_the_console_script_has_no_traceback(write_spec):
 def test_benchmark_job_runs_and_writes_table_json_and_plot(tmp_path):
     """A small run of the benchmark job: every method runs and agrees; timings are not judged here."""
     result = jaxlaunch("run", JOBS / "bench_allreduce.yaml", "--run-dir", tmp_path / "run",
-                       "--set", "params.sizes=[8, 4096]", "--set", "params.repeat_scale=0.05",
+                       "--set", "params.sizes=[8, 4096]", "--set", "params.repeat_scale=0.05", "--set", "params.runs=2",
                        "--set", "params.tree_leaves=10", "--set", "params.tree_bytes=40960", timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
     report = json.loads((tmp_path / "run" / "bench.json").read_text())
     assert [row["case"] for row in report["rows"]] == ["8 B", "4096 B", "10-leaf tree, 0 MiB"]
+    methods = {"mpi4py", "mpi4py in-place", "mpi4jax per-leaf", "launcher", "launcher packed", "XLA global mesh"}
     for row in report["rows"]:
-        assert set(row["seconds"]) == {"mpi4py", "mpi4jax per-leaf", "launcher", "launcher packed",
-                                       "XLA global mesh"}
+        assert set(row["seconds"]) == set(row["spread"]) == methods and row["runs"] == 2
         assert all(0 < t < 60 for t in row["seconds"].values()) and row["pack_seconds"] >= 0
+        assert all(s["min"] <= s["median"] <= s["max"] for s in [*row["spread"].values(), *row["ratios"].values()])
+    assert [row["op"] for row in report["small"]] == ["allreduce", "broadcast", "should_stop"]
+    assert set(report["load_average_1min"]) == {"before", "after"}
     assert (tmp_path / "run" / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert "| case | mpi4py | mpi4jax per-leaf | launcher | launcher packed | XLA global mesh |" in result.stdout + result.stderr
+    output = result.stdout + result.stderr
+    assert "| case | mpi4py | mpi4py in-place | mpi4jax per-leaf | launcher | launcher packed | XLA global mesh |" in output
+    assert "| should_stop() |" in output and "2 runs (median of run medians, min-max in brackets)" in output
 
 
 def test_a_benchmark_without_matplotlib_says_so_first_and_keeps_its_table(tmp_path):
@@ -115,7 +120,7 @@ def test_a_benchmark_without_matplotlib_says_so_first_and_keeps_its_table(tmp_pa
     (hidden / "matplotlib.py").write_text('raise ImportError("matplotlib hidden for the test")\n')
     run_dir = tmp_path / "run"
     result = jaxlaunch("run", JOBS / "bench_allreduce.yaml", "--run-dir", run_dir, "--set", "params.sizes=[8]",
-                       "--set", "params.repeat_scale=0.01", "--set", "params.tree_leaves=2",
+                       "--set", "params.repeat_scale=0.01", "--set", "params.runs=1", "--set", "params.tree_leaves=2",
                        "--set", "params.tree_bytes=1024", "--set", f"env.PYTHONPATH={hidden}", timeout=300)
     assert result.returncode == 0, result.stderr
     log = (run_dir / "logs" / "rank-0.log").read_text()
