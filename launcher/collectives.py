@@ -596,9 +596,9 @@ def _allreduce_one_array(x, op):
     commonest call (a loss, a count, a packed gradient buffer), as the staged path makes it, without
     the tree machinery around it (~10 us of Python). None when x is not such an array."""
     dtype = x.dtype
-    if not (STAGED and dtype.kind in ("fc" if op == "mean" else "iufc") and _home_is_cpu()
-            and _is_home_sharding(x.sharding)):
-        return None
+    if not (STAGED and dtype.kind in ("fc" if op == "mean" else "iufc") and dtype.name not in _WIRE_DTYPES
+            and _home_is_cpu() and _is_home_sharding(x.sharding)):
+        return None  # float16 travels as float32, as in a tree: that is the general path's work
     send = np.asarray(x)  # waits until x is computed: before the tracker
     buffer = _buffer(send.shape, dtype)
     processes = _allreduce_tracked([(send, buffer)], op)

@@ -487,14 +487,16 @@ def test_a_staged_collective_is_tracked_as_one_blocking_call(world):
     assert TRACKER.latest[0] == before + 2
 
 
-@pytest.mark.parametrize("dtype", [jnp.float32, jnp.int32, jnp.complex64, jnp.bfloat16, jnp.bool_, jnp.uint8])
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.int32, jnp.complex64, jnp.bfloat16, jnp.float16, jnp.bool_,
+                                   jnp.uint8])
 @pytest.mark.parametrize("shape", [(), (3, 2), (1 << 15,)], ids=["scalar", "matrix", "128k"])
 def test_one_array_matches_the_device_path(world, dtype, shape, monkeypatch):
     """A lone array (a loss, a count, a packed buffer) takes a short cut: it must give what the device
     path gives, for every op, and its broadcast what the root had."""
     from launcher import collectives
     rank, size = world
-    x = (jnp.arange(math.prod(shape)).reshape(shape) % 7 + rank).astype(dtype)
+    value = lambda r: (jnp.arange(math.prod(shape)).reshape(shape) % 7 + r).astype(dtype)
+    x = value(rank)
     ops = ("sum", "mean") if dtype == jnp.complex64 else ("sum", "mean", "max", "min")  # MPI orders no complex
     staged = {op: launcher.allreduce(x, op=op) for op in ops}
     sent = launcher.broadcast(x, root=size - 1)
@@ -504,6 +506,17 @@ def test_one_array_matches_the_device_path(world, dtype, shape, monkeypatch):
         assert got.dtype == want.dtype and got.shape == want.shape, op
         assert got.sharding == x.sharding and got.sharding.is_equivalent_to(want.sharding, got.ndim), op
         np.testing.assert_allclose(np.asarray(got, np.complex128), np.asarray(want, np.complex128), rtol=1e-2, err_msg=op)
-    want = (jnp.arange(math.prod(shape)).reshape(shape) % 7 + size - 1).astype(dtype)
     assert sent.dtype == x.dtype and sent.shape == x.shape
-    np.testing.assert_array_equal(np.asarray(sent), np.asarray(want))
+    np.testing.assert_array_equal(np.asarray(sent), np.asarray(value(size - 1)))
+
+
+@pytest.mark.parametrize("lone", [True, False], ids=["lone array", "in a tree"])
+def test_half_precision_travels_as_float32(world, lone):
+    """float16 is summed as float32 and cast back, as bfloat16 is: a mean of values near float16's
+    largest (65504) must not overflow on the way (a float16 sum of two of them is inf)."""
+    tree = {"f16": jnp.full(3, 60000, jnp.float16), "bf16": jnp.full(3, 1.5, jnp.bfloat16)}
+    out = {key: launcher.allreduce(x, op="mean") for key, x in tree.items()} if lone else \
+        launcher.allreduce(tree, op="mean")
+    assert out["f16"].dtype == jnp.float16 and out["bf16"].dtype == jnp.bfloat16
+    np.testing.assert_array_equal(np.asarray(out["f16"], np.float32), np.full(3, 60000, np.float32))
+    np.testing.assert_array_equal(np.asarray(out["bf16"], np.float32), np.full(3, 1.5, np.float32))
