@@ -25,7 +25,8 @@ from typing import Any, Callable, Iterable
 from .backends import get_backend
 from .backends.base import Job
 from .errors import UsageError
-from .runtime.function_job import CALL_FILE, CALL_RECORD, ENTRYPOINT, FUNCTION_FOLDER, call_record
+from .runtime.function_job import (CALL_FILE, CALL_RECORD, ENTRYPOINT, FUNCTION_FOLDER, call_record,
+                                   code_with_filename)
 
 MAX_SEARCH_DEPTH = 6  # how deep the search for an unpicklable object goes (closures of closures ...)
 
@@ -96,13 +97,39 @@ def find_unpicklable(obj, name: str, depth: int = 0, seen: set | None = None) ->
     return name, obj, error
 
 
+def _dumps_keeping_filenames(obj) -> bytes:
+    """cloudpickle.dumps, except that code pickled by value keeps its file name. cloudpickle 3.1
+    writes '<dynamic-code>' instead, and the remote traceback of a failed function job then names
+    no file and shows no source line; with the name kept, a file on a shared filesystem shows both."""
+    import copyreg
+    import io
+    import types
+    from collections import ChainMap
+
+    import cloudpickle
+
+    code_reduce = getattr(cloudpickle.cloudpickle, "_code_reduce", None)
+    if code_reduce is None:  # another cloudpickle layout: its own behaviour, whatever it is
+        return cloudpickle.dumps(obj)
+
+    def reduce_code(code):
+        rebuild, fields = code_reduce(code)
+        return code_with_filename, (rebuild, fields, code.co_filename)
+
+    class Pickler(cloudpickle.Pickler):
+        dispatch_table = ChainMap({types.CodeType: reduce_code}, cloudpickle.Pickler.dispatch_table,
+                                  copyreg.dispatch_table)
+
+    buffer = io.BytesIO()
+    Pickler(buffer, protocol=cloudpickle.DEFAULT_PROTOCOL).dump(obj)
+    return buffer.getvalue()
+
+
 def pickle_call(fn: Callable, args: tuple, kwargs: dict) -> bytes:
     """cloudpickle of (fn, args, kwargs); a UsageError naming the object that cannot be pickled
     (a lock, an open file or socket ...) before anything is submitted."""
-    import cloudpickle
-
     try:
-        return cloudpickle.dumps((fn, args, kwargs))
+        return _dumps_keeping_filenames((fn, args, kwargs))
     except Exception:  # noqa: BLE001
         pass
     found = None
@@ -113,9 +140,7 @@ def pickle_call(fn: Callable, args: tuple, kwargs: dict) -> bytes:
         if found is not None:
             break
     if found is None:  # the parts pickle one by one but not together: say what cloudpickle said
-        import cloudpickle
-
-        cloudpickle.dumps((fn, args, kwargs))
+        _dumps_keeping_filenames((fn, args, kwargs))
     name, obj, error = found
     raise UsageError(f"cannot send the function job to its ranks: {name} is a {type(obj).__module__}."
                      f"{type(obj).__qualname__}, which cannot be pickled ({type(error).__name__}: {error}).\n"

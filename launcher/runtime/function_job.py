@@ -52,6 +52,12 @@ def check_versions(record: dict, where: Path) -> None:
             f"(the same venv on a shared filesystem, or the same container image)")
 
 
+def code_with_filename(rebuild, fields, filename: str):
+    """A code object pickled by value, with the file name it was pickled under (see
+    launcher.executor: cloudpickle alone would name it '<dynamic-code>')."""
+    return rebuild(*fields).replace(co_filename=filename)
+
+
 def load_call(run_dir: Path):
     """(fn, args, kwargs) from RUN_DIR/function, after the version check. The caller's sys.path
     entries that exist here are appended, so modules it imported functions from by reference (a
