@@ -132,6 +132,16 @@ class TestOverrides:
         message = error_of(write_spec, GOOD, ["nodez=2"])
         assert message.startswith("--set nodez=2: nodez: unknown key.")
 
+    def test_a_nested_unknown_set_key_names_the_override_not_the_file(self, write_spec):
+        message = error_of(write_spec, GOOD, ["foo.bar=1"])
+        assert message.startswith("--set foo.bar=1: foo: unknown key.")
+
+    @pytest.mark.parametrize("override", ["sweep=x", "sweep.params.lr=1"])
+    def test_set_sweep_points_at_the_sweep_option_not_at_sweep_itself(self, write_spec, override):
+        message = error_of(write_spec, GOOD, [override])
+        assert message.startswith(f"--set {override}: sweep: a sweep cannot be set with --set.")
+        assert "--sweep KEY=V1,V2" in message and "did you mean" not in message
+
     def test_set_without_equals(self, write_spec):
         assert "--set nodes: expected KEY=VALUE" in error_of(write_spec, GOOD, ["nodes"])
 

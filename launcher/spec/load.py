@@ -43,6 +43,10 @@ class _Source:
         return 0
 
     def locate(self, key_path: tuple) -> str:
+        if key_path and key_path not in self.lines and key_path not in self.labels:
+            for key, text in self.overrides.items():  # --set a.b=1 where `a` itself is the problem
+                if key[:len(key_path)] == key_path:
+                    return f"--set {shown(text)}"
         for n in range(len(key_path), -1, -1):
             prefix = tuple(key_path[:n])
             if prefix in self.labels:
@@ -182,6 +186,11 @@ def _describe(problem: Problem, source: _Source) -> str:
     loc = problem.loc
     where = source.locate(loc)
     dotted = ".".join(map(str, loc)) or "(top level)"
+    if problem.kind == "unknown_key" and loc == (SWEEP_SECTION,) and where.startswith("--set"):
+        # `sweep` is a key of the file, so "did you mean 'sweep'?" would send the user in a circle
+        return (f"{where}: {dotted}: a sweep cannot be set with --set.\n"
+                f"  fix: sweep a key with --sweep KEY=V1,V2,... (for example --sweep params.lr=0.1,0.01), or write "
+                f"a `sweep:` section in the spec file.")
     if problem.kind == "unknown_key":
         section: type[Record] | None = SPEC_KEYS.get(loc[:-1])
         valid = sorted([*section.fields(), *([SWEEP_SECTION] if section is JobSpec else [])]) if section else []
