@@ -222,6 +222,25 @@ def test_a_run_found_by_its_folder_can_be_waited_on_and_cancelled(tmp_path):
         process.wait()
 
 
+def test_an_exited_supervisor_not_yet_reaped_by_its_parent_is_not_running():
+    # A script that started `jaxlaunch run` and has not waited for it yet leaves a zombie, which /proc
+    # still lists: cancel took its full 60 s grace waiting for it to "exit" (this file's cancel test did).
+    from launcher.backends.local import _start_ticks
+
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    running = _start_ticks(child.pid)  # it waits for its stdin to close
+    child.stdin.close()
+    deadline = time.monotonic() + 30
+    while open(f"/proc/{child.pid}/stat").read().rpartition(")")[2].split()[0] != "Z":
+        assert time.monotonic() < deadline, "the child did not exit"
+        time.sleep(0.05)
+    try:
+        assert running is not None and _start_ticks(os.getpid()) is not None
+        assert _start_ticks(child.pid) is None
+    finally:
+        child.wait()
+
+
 def test_a_found_run_whose_supervisor_was_killed_is_failed(tmp_path):
     process = start_jaxlaunch_run(tmp_path / "run")
     try:

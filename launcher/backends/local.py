@@ -32,9 +32,12 @@ CANCEL_GRACE_SECONDS = 60  # the supervisor's own stop takes ANSWER_SECONDS + TE
 
 def _start_ticks(pid: int) -> int | None:
     """The process's start time (clock ticks after boot, /proc/PID/stat field 22): a pid and its
-    start time name one process, even after the pid is reused."""
+    start time name one process, even after the pid is reused. None for a process that is gone,
+    or has exited and waits for its parent to reap it (a zombie: it runs no more, yet /proc has it;
+    a `jaxlaunch run` started by a script that has not waited for it yet)."""
     try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[19])
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        return None if fields[0] in ("Z", "X") else int(fields[19])
     except (OSError, IndexError, ValueError):
         return None
 
