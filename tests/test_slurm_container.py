@@ -24,7 +24,8 @@ def test_normalize_on_two_nodes_in_a_charliecloud_image(slurm_env, charliecloud_
     assert result.returncode == 0, result.stdout + result.stderr
     assert json.loads(result.stdout)["values"] == pytest.approx([0.1, 0.2, 0.3, 0.4], rel=1e-6)
     launch_line = (run_dir / "job.sbatch").read_text().splitlines()[-1]
-    assert launch_line.endswith(f" ch-run --bind={run_dir}:{run_dir} --bind={ROOT}:{ROOT} --cd={ROOT} "
+    binds = " ".join(f"--bind={path}:{path}" for path in sorted([str(run_dir), str(ROOT)]))  # in path order
+    assert launch_line.endswith(f" ch-run {binds} --cd={ROOT} "
                                 f"{charliecloud_image} -- /opt/venv/bin/python -P -m launcher.runtime.bootstrap")
     preflight = json.loads((run_dir / "preflight.json").read_text())
     assert preflight["ok"] and [r["rank"] for r in preflight["ranks"]] == [0, 1]
