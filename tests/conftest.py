@@ -74,8 +74,9 @@ def slurm_cluster(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def charliecloud_image():
-    """A charliecloud image directory with this checkout's jaxlaunch installed and the repository
-    as a mount point (jobs/container/build_charliecloud_image.sh). It lives in build/ (ignored by
+    """A charliecloud image directory with this checkout's jaxlaunch installed, and the repository
+    and jobs/ as mount points (jobs/container/build_charliecloud_image.sh): jobs/ is mounted on its
+    own, as the entrypoint's folder, when the working directory is elsewhere. It lives in build/ (ignored by
     git): a later session keeps its OS and venv and only reinstalls jaxlaunch (~7 s; the first build
     ~80 s). Skipped when ch-run is missing, except in CI (CI=true), which installs it."""
     if shutil.which("ch-run") is None:
@@ -84,7 +85,8 @@ def charliecloud_image():
             pytest.fail(f"CI=true but the container tests cannot run: {reason}")
         pytest.skip(reason)
     image = ROOT / "build" / "charliecloud-image"
-    done = subprocess.run([str(ROOT / "jobs" / "container" / "build_charliecloud_image.sh"), str(image), str(ROOT)],
+    done = subprocess.run([str(ROOT / "jobs" / "container" / "build_charliecloud_image.sh"), str(image), str(ROOT),
+                           str(JOBS)],
                           capture_output=True, text=True, timeout=900, env={**os.environ, "PYTHON": sys.executable})
     assert done.returncode == 0, f"building the image failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     return image
