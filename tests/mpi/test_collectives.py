@@ -452,6 +452,32 @@ def test_staged_results_own_their_memory(world, op):
     np.testing.assert_allclose(np.asarray(kept), np.full(4, size / (size if op == "mean" else 1)))
 
 
+@pytest.mark.parametrize("collective", ["allreduce", "broadcast"])
+def test_results_kept_from_one_call_survive_the_next_calls_of_the_same_tree(world, collective):
+    """A tree's leaves share one staging buffer, taken again by the next call of the same dtypes and
+    sizes: the results of the calls before, kept as a training loop keeps them, must not change."""
+    rank, size = world
+
+    def tree(value):
+        return {"f32": [jnp.full(1024, value + i, jnp.float32) for i in range(3)],
+                "i32": jnp.full((4, 5), value, jnp.int32), "host": np.full(7, value, np.float64)}
+
+    def call(value):
+        if collective == "allreduce":
+            return launcher.allreduce(tree(value + rank))
+        return launcher.broadcast(tree(value + rank), root=0)
+
+    def expected(value):
+        if collective == "broadcast":
+            return tree(value)
+        return jax.tree_util.tree_map(lambda *xs: sum(np.asarray(x) for x in xs), *[tree(value + r) for r in range(size)])
+
+    kept = [(value, call(value)) for value in (1, 10, 100)]
+    for value, result in kept:
+        for got, want in zip(jax.tree_util.tree_leaves(result), jax.tree_util.tree_leaves(expected(value))):
+            np.testing.assert_array_equal(np.asarray(got), np.asarray(want), err_msg=f"the call of {value}")
+
+
 def test_broadcast_of_every_kind_of_leaf(world):
     rank, size = world
     root = size - 1
