@@ -17,8 +17,10 @@ broadcast and ctx.should_stop().
 
 Method: warm-up (and compilation) excluded; the methods take turns in 5 interleaved blocks (the
 first method rotates; the XLA global mesh is timed apart, after them); every call starts after an
-MPI barrier and ends with block_until_ready; a call's time is the slowest rank's; a run's figure is
-the median over its calls. params.runs runs
+MPI barrier and ends with block_until_ready; each call's result is kept until the next call
+replaces it, as a training loop's `grads = allreduce(...)` keeps it (a result dropped at once gives
+its memory straight back to the next call, which flatters whoever allocates per call); a call's
+time is the slowest rank's; a run's figure is the median over its calls. params.runs runs
 (default 5) give the median of the runs' medians and their min-max; ratios are taken within each
 run, then summarised the same way. The 1-minute load average before and after is recorded: this
 compares CPU work against MPI, so a busy machine skews it (the raw side slows most).
@@ -60,12 +62,13 @@ def side_by_side(calls, repeats, comm, blocks=BLOCKS):
     for block in range(blocks):
         for k in range(len(names)):
             name = names[(block + k) % len(names)]  # the same order on every rank
-            jax.block_until_ready(calls[name]())
+            kept = jax.block_until_ready(calls[name]())
             for _ in range(per_block):
                 comm.Barrier()
                 start = time.perf_counter()
-                jax.block_until_ready(calls[name]())
+                kept = jax.block_until_ready(calls[name]())  # the last result lives on, as in a loop
                 times[name].append(time.perf_counter() - start)
+            del kept
     medians = {}
     for name in names:
         seconds = np.array(times[name])
