@@ -143,6 +143,39 @@ def test_no_rank_is_named_when_arrivals_only_jitter_or_late_ranks_vary():
     assert board.verdict() is None
 
 
+def busy_machine_arrivals(board, steps, slow_rank, seed):
+    """Two ranks on a busy machine, as CI's Slurm tier saw them: three collectives a step; `slow_rank`
+    (or nobody) comes 50 ms late to each step's first; at a fifth of the collectives the other rank
+    is descheduled for 5-18 ms, and twice for 180 ms."""
+    rng = np.random.default_rng(seed)
+    hiccups = set(rng.choice(steps * 3, size=2, replace=False))
+    for seq in range(1, steps * 3 + 1):
+        times = [seq * 0.1 + rng.uniform(0, 0.001) for _ in range(2)]
+        if slow_rank is not None and seq % 3 == 1:
+            times[slow_rank] += 0.05
+        other = 1 - slow_rank if slow_rank is not None else int(rng.integers(2))
+        if rng.random() < 0.2:
+            times[other] += rng.uniform(0.005, 0.018)
+        if seq in hiccups:
+            times[other] += 0.18
+        for rank in range(2):
+            board.add(rank, seq, [times[rank]])
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_slow_rank_is_named_through_the_other_ranks_scheduling_hiccups(seed):
+    """Seen in CI: rank 1 slept 50 ms a step, rank 0 came last 5-18 ms late at 20 of 101 waiting
+    collectives, and the count alone (80%) named nobody."""
+    board = stragglers.Stragglers(2)
+    busy_machine_arrivals(board, 60, slow_rank=1, seed=seed)
+    verdict = board.verdict()
+    assert verdict is not None and verdict["rank"] == 1, verdict
+    assert verdict["late_seconds"] == pytest.approx(0.05, abs=0.003)
+    board = stragglers.Stragglers(2)
+    busy_machine_arrivals(board, 60, slow_rank=None, seed=seed)  # the same hiccups, nobody slow
+    assert board.verdict() is None
+
+
 def test_a_collective_counts_once_every_rank_sent_its_time():
     board = stragglers.Stragglers(3)
     for seq in range(1, 40):
