@@ -902,3 +902,52 @@ def test_small_leaves_are_spread_over_the_processes_by_bytes():
     leaves = [LeafShards((100,), 4, [(((0, 100),), (0, 1))]) for _ in range(6)]
     writers = [p.writer for p in plan(leaves, 2)]
     assert writers.count(0) == writers.count(1) == 3
+
+
+def test_writers_are_balanced_by_bytes_not_by_elements_when_itemsizes_differ():
+    """Issue 29: a plan that counted elements gave a float64 leaf's writer the next int8 leaves too."""
+    from launcher.runtime.checkpoints.layout import LeafShards, plan, size_of
+
+    leaves = [LeafShards((100,), 8, [(((0, 100),), (0, 1))]),  # 800 bytes, 100 elements: process 0
+              LeafShards((200,), 1, [(((0, 200),), (0, 1))]),  # 200 bytes, 200 elements: process 1
+              LeafShards((300,), 1, [(((0, 300),), (0, 1))])]  # 1 has written 200 bytes, 0 has 800: process 1
+    pieces = plan(leaves, 2)
+    assert [p.writer for p in pieces] == [0, 1, 1]
+    written = {0: 0, 1: 0}
+    for piece in pieces:
+        written[piece.writer] += size_of(piece.region) * leaves[piece.leaf].itemsize
+    assert written == {0: 800, 1: 500}
+
+
+def test_restore_like_refuses_a_leaf_whose_shape_differs_from_the_saved_one_naming_it(tmp_path):
+    checkpoints = Synchronous(tmp_path)
+    checkpoints.save(1, {"bias": jnp.zeros(3), "w": jnp.arange(12.0).reshape(4, 3)})
+    with pytest.raises(CheckpointError) as caught:
+        checkpoints.restore(like={"bias": jnp.zeros(3), "w": jnp.zeros((4, 5))})
+    message = str(caught.value)
+    assert "leaf ['w']: saved with shape (4, 3), like= has (4, 5)" in message, message
+    step, restored = checkpoints.restore(like={"bias": jnp.zeros(3), "w": jnp.zeros((4, 3))})  # the same shapes load
+    assert step == 1 and np.array_equal(np.asarray(restored["w"]), np.arange(12.0).reshape(4, 3))
+
+
+def test_a_save_after_should_stop_said_true_is_written_before_save_returns(tmp_path, monkeypatch):
+    """The job ends right after this save: it must be on disk, not in a background thread."""
+    from launcher.runtime import preemption
+    from launcher.runtime.checkpoints import storage
+
+    writers = []
+    write = storage.write_data_file
+
+    def spy(path, arrays):
+        writers.append(threading.current_thread())
+        return write(path, arrays)
+
+    monkeypatch.setattr(storage, "write_data_file", spy)
+    checkpoints = Checkpoints(tmp_path)  # asynchronous, as in a job
+    checkpoints.save(1, {"x": np.zeros(3)})
+    checkpoints.wait()
+    assert writers == [writers[0]] and writers[0] is not threading.current_thread()  # before: in the background
+    monkeypatch.setattr(preemption.NOTICE, "agreed", {"sources": ["SIGUSR2"], "call": 1, "time": time.time()})
+    checkpoints.save(2, {"x": np.ones(3)})
+    assert len(writers) == 2 and writers[1] is threading.current_thread()
+    assert not checkpoints.pending and checkpoints.steps() == [1, 2]
