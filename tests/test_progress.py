@@ -263,3 +263,31 @@ def test_a_flood_of_reports_goes_in_chunks_the_supervisor_takes(tmp_path):
     steps = [json.loads(line)["step"] for line in run.metrics_file.read_text().splitlines()
              if '"kind":"metrics"' in line]
     assert steps == list(range(100_000))
+
+
+def test_rate_and_eta_come_from_the_last_window_of_reports_only(tmp_path):
+    """Issue 29: more reports than the window, slow first and fast since: the rate is the recent one."""
+    window = user_progress.RATE_WINDOW
+    slow = [{"kind": "metrics", "step": s, "time": 100.0 + s, "total": 1000, "metrics": {}}
+            for s in range(4 * window)]                                            # 1 step/s
+    fast = [{"kind": "metrics", "step": s, "time": 100.0 + 4 * window + (s - 4 * window) * 0.1, "metrics": {}}
+            for s in range(4 * window, 5 * window)]                                # 10 steps/s, the last window
+    write_lines(tmp_path, slow + fast)
+    progress = user_progress.progress(tmp_path)
+    assert progress.step == 5 * window - 1 and progress.total == 1000
+    assert progress.steps_per_second == pytest.approx(10.0)
+    assert progress.eta_seconds == pytest.approx((1000 - 5 * window) / 10.0)
+
+
+def test_past_the_pending_limit_the_oldest_incomplete_collectives_are_dropped():
+    """Issue 29: a rank whose times lag by more than KEEP_PENDING collectives: its times for the oldest
+    ones count no more (they were dropped), its times for the newest still complete them."""
+    board = stragglers.Stragglers(2)
+    newest = stragglers.KEEP_PENDING + 30
+    board.add(0, 1, [seq * 0.1 for seq in range(1, newest + 1)])                  # rank 1 has sent nothing yet
+    board.add(1, 1, [seq * 0.1 + 0.05 for seq in range(1, 31)])                   # the 30 oldest: dropped
+    assert board.verdict() is None
+    board.add(1, newest - 29, [seq * 0.1 + 0.05 for seq in range(newest - 29, newest + 1)])  # the 30 newest
+    verdict = board.verdict()
+    assert verdict is not None and verdict["rank"] == 1
+    assert verdict["collectives"] == verdict["window"] == 30
