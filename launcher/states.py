@@ -120,5 +120,9 @@ class StatusRecord:
         return dataclasses.replace(self, **fields)
 
 
-__all__ = ["JobState", "StatusRecord", "FINAL_STATES", "EXIT_COMPLETED", "EXIT_FAILED", "EXIT_TIMEOUT",
+# The event (events.jsonl) that `jaxlaunch cancel` appends before it signals a Slurm job: its
+# supervisor reads it to tell the cancel's SIGTERM from a preemption's, which looks the same.
+CANCEL_EVENT = "cancel_requested"
+
+__all__ = ["CANCEL_EVENT", "JobState", "StatusRecord", "FINAL_STATES", "EXIT_COMPLETED", "EXIT_FAILED", "EXIT_TIMEOUT",
            "EXIT_PREEMPTED", "STATUS_VERSION"]

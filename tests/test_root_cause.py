@@ -224,3 +224,20 @@ def test_a_stop_with_no_failing_rank_lists_no_torn_down_ranks():
         "TIMEOUT: timed out after 8 s (the spec's timeout)",
         "  rank 0 (a): not in a collective (2 started), at job.py:3 in f",
         "  rank 1: did not answer (dead, or stuck in C code holding the GIL)"]
+
+
+def test_a_cancel_shows_no_teardown_words_and_says_how_to_get_every_stack():
+    """Issue 29: a plain scancel of an mpirun job showed Open MPI's `--debug-daemons` advice (its
+    words as Slurm killed its daemons) as if it explained something."""
+    teardown = ["srun returned non-zero exit status (36608) from launching", "the per-node daemon.",
+                '* "--debug-daemons"']
+    failure = build([], False, state="CANCELLED", reason="cancelled", detail="cancelled by SIGTERM",
+                    started_ranks={}, launcher_tail=teardown,
+                    rank_states=[{"rank": 1, "host": "b", "where": "job.py:3 in f", "collectives_started": 2,
+                                  "waiting_in": None}])
+    assert root_cause.summary_lines(failure) == [
+        "CANCELLED: cancelled by SIGTERM",
+        "  rank 0: did not answer (dead, or stuck in C code holding the GIL)",
+        "  rank 1 (b): not in a collective (2 started), at job.py:3 in f",
+        "  (a plain scancel ends mpirun's ranks at once, before they can answer; `jaxlaunch cancel` asks them "
+        "for their stacks first)"]

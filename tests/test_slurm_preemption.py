@@ -201,3 +201,30 @@ def test_a_global_mesh_job_checkpoints_its_sharded_weights_and_resumes_bit_ident
     restored = next(e for e in events(run_dir) if e["event"] == "restored")
     assert restored["step"] >= 15
     assert requeue_record(run_dir)["requeues"] == 1
+
+
+@pytest.mark.parametrize("launch, how", [("srun", "jaxlaunch cancel"), ("srun", "scancel"),
+                                         ("mpirun", "jaxlaunch cancel"), ("mpirun", "scancel")])
+def test_a_cancel_ends_the_job_cancelled_and_never_requeues(slurm_env, tmp_path, launch, how):
+    """Issue 29: Slurm sends a cancel the SIGTERM it sends a preemption; the job took it for one and
+    requeued. `jaxlaunch cancel` also gets every rank's stacks first, in mpirun mode too (there,
+    Slurm's own SIGTERM makes mpirun end its ranks before they can answer)."""
+    run_dir = tmp_path / "run"
+    job_id = submit(slurm_env, run_dir, launch)
+    wait_for_checkpoint(run_dir, 20)
+    if how == "scancel":
+        scancel(slurm_env, job_id)
+    else:
+        assert jaxlaunch("cancel", job_id, env=slurm_env, timeout=60).stdout == f"cancelled job {job_id}\n"
+    assert wait_for_end(slurm_env, job_id, timeout=60) == "CANCELLED"
+    time.sleep(3)  # a requeue would show by now: Slurm makes the job PENDING again at once
+    queue = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"], env=slurm_env, capture_output=True,
+                           text=True, timeout=30).stdout.split()
+    assert not set(queue) & {"PENDING", "RUNNING", "CONFIGURING"}, queue
+    status = json.loads((run_dir / "status.json").read_text())
+    assert (status["state"], status["requeues"], status["exit_code"]) == ("CANCELLED", 0, 143)
+    assert not any(e["event"] in ("requeue", "resumed") for e in events(run_dir))
+    failure = json.loads((run_dir / "failure.json").read_text())
+    assert failure["reason"] == "cancelled"
+    if how == "jaxlaunch cancel":  # a plain scancel ends the ranks as it likes: a race, in both modes
+        assert [r["answered"] for r in failure["hang"]["ranks"]] == [True, True], failure["hang"]

@@ -104,6 +104,15 @@ elif mode == "collective_timeout":  # rank 0's watchdog asks for the stop
 elif mode == "cancel_me":  # as scancel does: SIGTERM to the supervisor
     os.kill(os.getppid(), signal.SIGTERM)
     time.sleep(60)
+elif mode in ("scancelled", "sigterm_stop"):  # Slurm's SIGTERM (a cancel or a preemption) reached the ranks
+    for rank in range(ranks):
+        clients[rank].send("notice", {"rank": rank, "sources": ["SIGTERM"], "time": time.time()})
+    if mode == "sigterm_stop":  # srun mode: they agreed on a step, checkpointed and returned
+        for rank in range(ranks):
+            done(rank, stopped={"sources": ["SIGTERM"], "call": 4, "time": time.time()})
+    else:  # mpirun mode: the same signal reached the supervisor, and mpirun ended the ranks
+        os.kill(os.getppid(), signal.SIGTERM)
+        time.sleep(60)
 elif mode == "hang":
     time.sleep(60)
 elif mode == "hang_after_a_rank_died":  # as prterun once did after ranks died in MPI_Init
@@ -137,9 +146,10 @@ def quick_stops(monkeypatch):
 @pytest.fixture
 def slurm(monkeypatch):
     """No Slurm here: `scontrol show job` answers `slurm.record`, `scontrol requeue` is recorded."""
-    state = SimpleNamespace(record={}, requeued=[])
+    state = SimpleNamespace(record={}, requeued=[], cancelled=[])
     monkeypatch.setattr(requeue, "job_record", lambda job_id: dict(state.record))
     monkeypatch.setattr(requeue, "requeue", lambda job_id: state.requeued.append(job_id))
+    monkeypatch.setattr(requeue, "cancel_in_slurm", lambda job_id: state.cancelled.append(job_id))
     monkeypatch.delenv(requeue.RESTART_COUNT_ENV, raising=False)
     return state
 
@@ -459,6 +469,58 @@ def test_a_batch_job_ended_by_slurms_preemption_requeues_but_a_timeout_does_not(
     outcome = supervisor(fake_launcher, spec, run, "hang", slurm_job_id="7", resume=True).supervise()
     assert (outcome.state, outcome.exit_code) == ("TIMEOUT", 124)
     assert slurm.requeued == ["7"]  # only the first run's
+
+
+# `scontrol show job` while a job ends, as read on the local test cluster (Slurm 22.05).
+SCANCEL_RECORD = {"JobState": "COMPLETING", "Reason": "None", "PreemptTime": "None", "Restarts": "0"}
+TIME_LIMIT_RECORD = {"JobState": "COMPLETING", "Reason": "TimeLimit", "PreemptTime": "None", "Restarts": "0"}
+PREEMPTED_RECORD = {"JobState": "RUNNING", "Reason": "None", "PreemptTime": "2026-11-24T23:11:02", "Restarts": "0"}
+REQUEUED_RECORD = {"JobState": "PENDING", "Reason": "BeginTime", "Restarts": "1"}  # no PreemptTime once requeued
+
+
+@pytest.mark.parametrize("mode", ["scancelled", "sigterm_stop"])
+def test_a_plain_scancel_ends_the_batch_job_cancelled_never_requeued(fake_launcher, tmp_path, slurm, mode):
+    """Issue 29: the cancel's SIGTERM reached the ranks as a preemption notice and the job requeued."""
+    slurm.record = SCANCEL_RECORD
+    spec, run = make_run(tmp_path, max_requeues=3)
+    outcome = supervisor(fake_launcher, spec, run, mode, slurm_job_id="7").supervise()
+    assert (outcome.state, outcome.exit_code) == ("CANCELLED", 143)
+    assert slurm.requeued == [] and status(run)["requeues"] == 0 and status(run)["state"] == "CANCELLED"
+    assert slurm.cancelled == ["7"]  # Slurm records it CANCELLED, whoever asked
+
+
+@pytest.mark.parametrize("record", [PREEMPTED_RECORD, REQUEUED_RECORD, TIME_LIMIT_RECORD, {}],
+                         ids=["preempt-time-set", "requeued-by-slurm", "time-limit", "no-record"])
+@pytest.mark.parametrize("mode", ["scancelled", "sigterm_stop"])
+def test_the_same_sigterm_from_a_preemption_still_requeues(fake_launcher, tmp_path, slurm, mode, record):
+    slurm.record = record
+    spec, run = make_run(tmp_path, max_requeues=3)
+    outcome = supervisor(fake_launcher, spec, run, mode, slurm_job_id="7").supervise()
+    assert (outcome.state, outcome.exit_code) == ("REQUEUED", 0)
+    assert slurm.requeued == ["7"] and status(run)["requeues"] == 1 and slurm.cancelled == []
+
+
+def test_jaxlaunch_cancel_is_a_cancel_whatever_slurm_says(fake_launcher, tmp_path, slurm):
+    """`jaxlaunch cancel` writes its event before it signals: no requeue even when scontrol cannot
+    answer, or says the job is preempted. An event from before this batch job started does not count."""
+    slurm.record = PREEMPTED_RECORD
+    spec, run = make_run(tmp_path, max_requeues=3)
+    run.log_event("cancel_requested", by="an earlier batch job")
+    time.sleep(0.01)
+    assert supervisor(fake_launcher, spec, run, "sigterm_stop", slurm_job_id="7").supervise().state == "REQUEUED"
+
+    spec, run = make_run(tmp_path / "now", max_requeues=3)
+    sup = supervisor(fake_launcher, spec, run, "scancelled", slurm_job_id="7")
+    run.log_event("cancel_requested", by="jaxlaunch cancel")
+    assert sup.supervise().state == "CANCELLED" and status(run)["requeues"] == 0
+
+
+def test_slurms_record_tells_a_cancel_from_a_preemption_and_a_time_limit():
+    assert requeue.cancelled_by_slurm(SCANCEL_RECORD)
+    assert requeue.cancelled_by_slurm({**SCANCEL_RECORD, "JobState": "CANCELLED"})
+    for record in (TIME_LIMIT_RECORD, PREEMPTED_RECORD, REQUEUED_RECORD, {"JobState": "RUNNING", "Reason": "None"},
+                   {**SCANCEL_RECORD, "PreemptTime": "2026-11-24T23:11:02"}, {}):
+        assert not requeue.cancelled_by_slurm(record), record
 
 
 @pytest.mark.parametrize("record, sources, cause", [

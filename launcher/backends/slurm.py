@@ -17,10 +17,13 @@ from ..rundir import RunDirectory
 from ..slurm import index, scheduler
 from ..slurm.submission import submit_job
 from ..spec import JobSpec
-from ..states import JobState
+from ..states import CANCEL_EVENT, JobState
 from .base import Backend, Job
 
 MIN_REFRESH, MAX_REFRESH, BACKOFF = 1.0, 10.0, 1.5
+# How long `cancel` lets a running job's supervisor collect stacks and end its ranks (it takes
+# supervise.ANSWER_SECONDS + TERMINATE_SECONDS at most) before Slurm ends the job.
+CANCEL_GRACE_SECONDS = 15.0
 # The states the supervisor inside the batch job writes when the job ends; it knows better than
 # Slurm why (TIMEOUT from the spec's own timeout, not Slurm's FAILED for exit code 124).
 SUPERVISOR_FINAL_STATES = (JobState.COMPLETED, JobState.FAILED, JobState.TIMEOUT, JobState.CANCELLED)
@@ -149,13 +152,38 @@ class SlurmJob(Job):
             time.sleep(poll_seconds)
 
     def cancel(self) -> None:
-        """scancel the job; an id Slurm does not know is an error (scancel itself exits 0 for it)."""
-        if self.info(max_age=0) is None:
+        """End the job as CANCELLED, never requeued. A running job's supervisor is asked first
+        (SIGTERM to the batch shell alone): it collects every rank's stacks into failure.json and
+        ends the ranks, as a local cancel does. Slurm's own cancel signals every process of the job
+        at once, and mpirun then kills its ranks before they can answer. Then scancel, which
+        releases the nodes (and ends a pending job). An id Slurm does not know is an error
+        (scancel itself exits 0 for it)."""
+        info = self.info(max_age=0)
+        if info is None:
             raise UnknownJobError(f"job {self.id} is not known to Slurm: nothing to cancel.\n"
-                                f"  fix: check the id with `squeue --me` or `jaxlaunch status`.")
-        scheduler.cancel(self.id)
+                                  f"  fix: check the id with `squeue --me` or `jaxlaunch status`.")
+        runs = self._runs()
+        for run in runs:
+            # Before any signal: the supervisor reads it to tell this SIGTERM from a preemption's.
+            run.log_event(CANCEL_EVENT, by="jaxlaunch cancel")
+        supervised = [run for run in runs if run.status().state == JobState.RUNNING]
+        if supervised and info.state == "RUNNING":
+            try:
+                scheduler.call_slurm(["scancel", "--batch", "--signal=TERM", self.id])
+            except SchedulerError:
+                pass  # it is ending already; the scancel below still ends it
+            deadline = time.monotonic() + CANCEL_GRACE_SECONDS
+            while time.monotonic() < deadline and not all(run.status().state.final for run in supervised):
+                time.sleep(0.2)
+        try:
+            scheduler.cancel(self.id)
+        except SchedulerError:
+            # Its supervisor ended it meanwhile (it scancels its own job after a cancel): fine.
+            now = self.info(max_age=0)
+            if now is not None and not now.finished:
+                raise
         self.watcher.forget(self.id)
-        for run in self._runs():
+        for run in runs:
             if run.status().state == JobState.SUBMITTED:
                 # It never started, so no supervisor will record its end (and Slurm soon forgets
                 # a cancelled pending array task).

@@ -52,6 +52,17 @@ def preempted_by_slurm(record: dict) -> bool:
     return record.get("PreemptTime", "None") not in ("", "None", "Unknown")
 
 
+def cancelled_by_slurm(record: dict) -> bool:
+    """Slurm is ending this job because somebody cancelled it (scancel, or an admin), not for a
+    preemption or its time limit. Read off `scontrol show job` while the job ends (Slurm 22.05,
+    measured): a cancel shows JobState=COMPLETING (or CANCELLED) with Reason=None; the time limit
+    COMPLETING with Reason=TimeLimit; a preemption RUNNING with PreemptTime set, then PENDING once
+    Slurm has requeued it."""
+    state = record.get("JobState", "").split("+")[0]
+    return (state in ("COMPLETING", "CANCELLED") and record.get("Reason", "None") in ("None", "")
+            and not preempted_by_slurm(record))
+
+
 def seconds_left(record: dict, now: float | None = None) -> float | None:
     try:
         end = datetime.strptime(record["EndTime"], "%Y-%m-%dT%H:%M:%S").timestamp()
@@ -77,6 +88,16 @@ def requeue(job_id: str) -> str | None:
         return None
     except SchedulerError as exc:
         return str(exc)
+
+
+def cancel_in_slurm(job_id: str) -> None:
+    """After `jaxlaunch cancel` asked this supervisor alone to stop (its stacks are collected, its
+    state recorded): scancel the job, so that Slurm records it CANCELLED too and frees its nodes.
+    A plain scancel got there first when this fails."""
+    try:
+        scheduler.cancel(job_id)
+    except SchedulerError:
+        pass
 
 
 def count_requeues_slurm_made(run: RunDirectory, spec: JobSpec, attempts: int, echo) -> dict | None:

@@ -283,8 +283,12 @@ def summary_lines(failure: dict, run_path=None) -> list[str]:
         torn = failure["torn_down_ranks"]
         lines.append(f"  stopped only because the job was torn down: rank{'s' if len(torn) > 1 else ''} "
                      f"{', '.join(map(str, torn))}")
+    cancelled = failure.get("reason") == "cancelled"
     if "hang" in failure:
         lines += hang_lines(failure["hang"])
+        if cancelled and not all(entry["answered"] for entry in failure["hang"]["ranks"]):
+            lines.append("  (a plain scancel ends mpirun's ranks at once, before they can answer; "
+                         "`jaxlaunch cancel` asks them for their stacks first)")
     first = failure.get("first_failure")
     if run_path is not None and first is not None and failure.get("reason") in ("failed", "left_early"):
         # The end of the failing rank's own log: often the line that explains the traceback.
@@ -296,9 +300,9 @@ def summary_lines(failure: dict, run_path=None) -> list[str]:
         if tail:
             lines.append(f"  last lines of rank {first['rank']}'s log ({run.rank_log(first['rank'])}):")
             lines += [f"    {line[:300]}" for line in tail]
-    if first is None or first.get("source") != "rank" and not first.get("traceback"):
+    if not cancelled and (first is None or first.get("source") != "rank" and not first.get("traceback")):
         # No rank recorded its own error (it died in MPI_Init, or was killed): what mpirun/srun
-        # said first is the explanation.
+        # said first is the explanation. After a cancel, what they said is the teardown.
         said, more = launcher_said(failure, run_path)
         if said:
             where = f" ({run_path}/logs/launcher.log)" if run_path is not None else ""

@@ -32,7 +32,7 @@ from ..control import ControlServer, PreemptNotice, StopRequest, control_host, l
 from ..rundir import RunDirectory, atomic_write_json
 from ..runtime.environment import ATTEMPT_ENV
 from ..spec import JobSpec
-from ..states import EXIT_COMPLETED, EXIT_FAILED, EXIT_PREEMPTED, EXIT_TIMEOUT, JobState
+from ..states import CANCEL_EVENT, EXIT_COMPLETED, EXIT_FAILED, EXIT_PREEMPTED, EXIT_TIMEOUT, JobState
 from .. import stragglers
 from . import nodes, requeue, root_cause
 from .processes import kill_job_processes
@@ -89,6 +89,7 @@ class Supervisor:
         self.control_host = control_host({**os.environ, **env})
         self.channel = ControlServer(run, self.control_host)  # one per attempt
         self.requeue_cause: str | None = None
+        self.launched = time.time()  # events before this belong to an earlier batch job or launch
 
     # --- the whole job ---------------------------------------------------------------------
 
@@ -133,6 +134,8 @@ class Supervisor:
         exit_code = exit_code_for(state, self.stop_signal)
         reason = None if failure is None else failure["summary"]
         self.run.update_status(state=state, exit_code=exit_code, ended=time.time(), reason=reason)
+        if state == "CANCELLED" and self.slurm_job_id is not None:
+            requeue.cancel_in_slurm(self.slurm_job_id)
         if state == "REQUEUED":
             requeue.requeue_now(self.run, self.slurm_job_id, self.requeue_cause, self.echo,
                                 exclude=self.run.status().excluded_nodes or [])
@@ -238,6 +241,11 @@ class Supervisor:
         self.run.log_event("stopped", sources=sorted(sources), at_agreed_point=checkpointed)
         if self.slurm_job_id is None:
             return "PREEMPTED", None
+        if self._cancel_requested(requeue.job_record(self.slurm_job_id)):
+            # scancel sends the ranks the SIGTERM a preemption sends: they stopped at an agreed
+            # step, but the person asked for the job to end, not to come back.
+            self.run.log_event("cancelled", at_agreed_point=checkpointed)
+            return "CANCELLED", failure
         state, failure, self.requeue_cause = requeue.decide(self.run, self.spec, self.slurm_job_id, sources,
                                                             checkpointed, self.echo)
         return state, failure
@@ -339,9 +347,19 @@ class Supervisor:
         return state, failure, stop_reason
 
     def _ended_by_preemption(self) -> bool:
-        if self._notice_sources():
+        record = requeue.job_record(self.slurm_job_id)
+        if self._cancel_requested(record):
+            return False  # the ranks' SIGTERM notice came from the cancel
+        return bool(self._notice_sources()) or requeue.preempted_by_slurm(record)
+
+    def _cancel_requested(self, record: dict) -> bool:
+        """Somebody cancelled this Slurm job: `jaxlaunch cancel` (which writes a `cancel_requested`
+        event before it signals), or a plain scancel, as Slurm's record of the ending job shows.
+        Slurm sends a cancel the same SIGTERM as a preemption, so the signal alone cannot tell."""
+        if any(event.get("event") == CANCEL_EVENT and event.get("time", 0) >= self.launched
+               for event in self.run.read_events()):
             return True
-        return requeue.preempted_by_slurm(requeue.job_record(self.slurm_job_id))
+        return requeue.cancelled_by_slurm(record)
 
     def _forward_output(self, process, launcher_lines, first_launcher_line) -> None:
         """Stream the launcher's output live; keep what mpirun/srun said themselves (lines that are
