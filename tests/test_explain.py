@@ -65,3 +65,21 @@ def test_a_sweep_is_checked_against_one_reading_of_the_cluster(write_spec, monke
     text = str(refused.value)
     assert len(calls) == 2  # one reading of partitions and nodes for the nine
     assert text.count("3 nodes requested") == 1 and text.count("4 CPUs per node requested") == 1
+
+
+@pytest.mark.parametrize("settings", [["timeout=10m"], ["slurm.time=10m"], ["timeout=10m", "slurm.time=20m"]])
+def test_the_time_limit_fix_the_fit_check_suggests_does_fit(write_spec, settings):
+    """Issue 29: on a partition with MaxTime=5 it said "lower slurm.time (or timeout) to 00:05:00", and
+    `--set timeout=5m` was refused again: Slurm's limit is the timeout plus a minute."""
+    import re
+
+    from launcher.slurm.fit import check_against_cluster
+
+    cluster = ([{"PartitionName": "short", "Default": "YES", "TotalNodes": "2", "MaxTime": "00:05:00"}], [])
+    spec = load_spec(write_spec("name: x\nentrypoint: m:f\n"), overrides=settings)
+    problems, _ = check_against_cluster(spec, cluster)
+    assert len(problems) == 1 and "MaxTime 00:05:00" in problems[0], problems
+    fixes = re.findall(r"--set (\S+?)(?= or less)", problems[0])
+    assert fixes, problems[0]
+    fixed = load_spec(write_spec("name: x\nentrypoint: m:f\n"), overrides=[*settings, *fixes])
+    assert check_against_cluster(fixed, cluster) == ([], []), fixes

@@ -8,7 +8,7 @@ import re
 
 from ..errors import SchedulerError, UsageError
 from ..spec import JobSpec, parse_duration
-from .render import slurm_time_limit
+from .render import SUPERVISOR_MARGIN_SECONDS, slurm_time_limit
 from . import scheduler
 
 def _slurm_seconds(text: str) -> int | None:
@@ -39,6 +39,29 @@ def _mem_request_mb(extra: list[str]) -> int | None:
             scale = {"": 1, "K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}[match.group(2).upper()]
             return int(int(match.group(1)) * scale)
     return None
+
+
+def _time_fix(spec: JobSpec, max_time: int) -> str:
+    """A setting that fits MaxTime. Without slurm.time, Slurm's limit is the timeout plus the
+    supervisor's margin, so the timeout must leave room for it."""
+    fits_timeout = max_time - SUPERVISOR_MARGIN_SECONDS
+    if spec.slurm.time or fits_timeout <= 0:
+        fix = f"--set slurm.time={format_duration(max_time)} or less"
+        if spec.timeout and spec.timeout > max_time:  # slurm.time may not be shorter than the timeout
+            fix += f", and --set timeout={format_duration(max_time)} or less"
+        return fix
+    return (f"--set timeout={format_duration(fits_timeout)} or less (Slurm's limit is the timeout plus "
+            f"{SUPERVISOR_MARGIN_SECONDS} s, for the supervisor's hang report), or set slurm.time")
+
+
+def format_duration(seconds: int) -> str:
+    """A duration as the spec writes it: 240 -> '4m', 5400 -> '1h30m', 90 -> '1m30s'."""
+    parts = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        count, seconds = divmod(seconds, size)
+        if count:
+            parts.append(f"{count}{unit}")
+    return "".join(parts) or "0s"
 
 
 def _not_checked(exc: SchedulerError) -> str:
@@ -81,7 +104,7 @@ def check_against_cluster(spec: JobSpec, cluster: tuple[list[dict], list[dict]] 
     limit, max_time = slurm_time_limit(spec), _slurm_seconds(partition.get("MaxTime", ""))
     if limit and max_time and limit > max_time:
         problems.append(f"time limit {limit} s exceeds partition {wanted!r}'s MaxTime {partition['MaxTime']}. "
-                        f"Fix: lower slurm.time (or timeout) to {partition['MaxTime']} or less")
+                        f"Fix: {_time_fix(spec, max_time)}")
     if in_partition:
         cpus = min(int(n.get("CPUTot", 0) or 0) for n in in_partition)
         need = spec.processes_per_node * (spec.slurm.cpus_per_task or 1)
