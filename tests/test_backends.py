@@ -253,3 +253,63 @@ def test_a_found_run_whose_supervisor_was_killed_is_failed(tmp_path):
     finally:
         process.kill()
         process.wait()
+
+
+class ScriptedJob(launcher.backends.base.Job):
+    """A handle whose state() answers the given states in turn."""
+    backend = "scripted"
+
+    def __init__(self, states):
+        super().__init__("scripted", None)
+        self.states = iter(states)
+
+    def state(self):
+        return next(self.states)
+
+    def logs(self, rank=None):
+        return ""
+
+    def cancel(self):
+        pass
+
+
+def test_wait_backs_off_again_after_a_state_change(monkeypatch):
+    """Issue 29: a change brings the poll back to 0.5 s, and it grows 1.5x again from there."""
+    sleeps = []
+    monkeypatch.setattr("launcher.backends.base.time.sleep", sleeps.append)
+    job = ScriptedJob([JobState.PENDING] * 4 + [JobState.RUNNING] * 5 + [JobState.COMPLETED])
+    changes = []
+    assert job.wait(on_change=lambda handle, state: changes.append(state)) == JobState.COMPLETED
+    assert changes == [JobState.PENDING, JobState.RUNNING, JobState.COMPLETED]
+    growing = [0.5, 0.75, 1.125, 1.6875, 2.53125]
+    assert sleeps == pytest.approx(growing[:4] + growing[:5])
+
+
+@pytest.mark.parametrize("supervisor", ["on another host", "no recorded pid", "gone from this host"])
+def test_a_found_run_whose_supervisor_cannot_be_checked_is_left_alone(tmp_path, monkeypatch, supervisor):
+    """Issue 29: only a supervisor known to be gone (this host, its pid and start time) makes a found
+    run FAILED and its processes killed; one that cannot be checked from here is left running."""
+    import socket
+
+    from launcher.backends.local import LocalJob, _start_ticks
+    from launcher.supervisor import processes
+
+    killed = []
+    monkeypatch.setattr(processes, "kill_job_processes", lambda run_dir, grace=2.0: killed.append(run_dir) or [])
+    exited = subprocess.Popen([sys.executable, "-c", "pass"])
+    exited.wait()  # a pid that names no process now
+    assert _start_ticks(exited.pid) is None
+    recorded = {"on another host": {"supervisor_pid": exited.pid, "supervisor_start": 12345,
+                                    "supervisor_host": "another-host-" + socket.gethostname()},
+                "no recorded pid": {"supervisor_host": socket.gethostname()},
+                "gone from this host": {"supervisor_pid": exited.pid, "supervisor_start": 12345,
+                                        "supervisor_host": socket.gethostname()}}[supervisor]
+    run = RunDirectory(tmp_path / "run")
+    run.path.mkdir()
+    run.update_status(state=JobState.RUNNING, backend="local", **recorded)
+    job = LocalJob(run)
+    if supervisor == "gone from this host":  # the one case that can be told: recorded FAILED, its processes ended
+        assert job.state() == JobState.FAILED and killed == [run.path]
+        return
+    assert job.state() == JobState.RUNNING and not job.done()
+    assert killed == [] and run.status().state == JobState.RUNNING and run.status().reason is None
