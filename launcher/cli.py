@@ -137,13 +137,13 @@ def _is_sweep(job) -> bool:
 def explain(spec, overrides, target, run_dir):
     """Show each rank's node, local rank, devices, environment and mesh, the resources requested,
     and (--target slurm) whether the request fits the cluster; exit 2 if it cannot."""
-    from .explain import format_explain
+    from .explain import check_this_machine, format_explain
     from .rundir import RunDirectory
     from .slurm.fit import check_against_cluster
     from .spec import load_spec
 
     job = load_spec(spec, overrides)
-    problems, warnings = check_against_cluster(job) if target == "slurm" else ([], [])
+    problems, warnings = check_against_cluster(job) if target == "slurm" else (check_this_machine(job), [])
     click.echo(format_explain(job, target, RunDirectory.preview(job, run_dir).path, problems, warnings), nl=False)
     if problems:
         sys.exit(2)

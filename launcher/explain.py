@@ -17,7 +17,7 @@ from . import container
 from .errors import UsageError
 from .launch import RANK_ENV_DEFAULTS, rank_command
 from .runtime.environment import ATTEMPT_ENV, RUN_DIR_ENV
-from .runtime.topology import DEVICE_AXIS, EMULATED_PPN, device_environment
+from .runtime.topology import DEVICE_AXIS, EMULATED_PPN, GPU_FIX, device_environment, missing_for_gpu
 from .spec import JobSpec
 
 
@@ -111,11 +111,23 @@ def format_explain(spec: JobSpec, target: str, run_dir: Path, problems: list[str
              "every rank also gets: " + " ".join(f"{k}={v}" for k, v in every.items()),
              *container_lines(spec, target, run_dir, workdir or Path.cwd()), "",
              tabulate(resource_rows(spec), headers=["RESOURCES", "PROCESSES", "DEVICES", "CPUS", "GPUS"])]
+    if target == "local" and problems:
+        lines += ["", *(f"refused: {p}" for p in problems)]
     if target == "slurm":
         lines += ["", *(f"refused: {p}" for p in problems), *(f"warning: {w}" for w in warnings)]
         if not problems:
             lines.append("the request fits the cluster" if not warnings else "the request was not fully checked")
     return "\n".join(lines).rstrip() + "\n"
+
+
+def check_this_machine(spec: JobSpec) -> list[str]:
+    """What stops the spec from running here with `jaxlaunch run` that explain can see: today,
+    `platform: gpu` without a GPU or without JAX's CUDA plugin (JAX itself fails with a bare
+    AssertionError). Each problem ends with its fix."""
+    if spec.platform != "gpu":
+        return []
+    missing = missing_for_gpu(plugins=["(in the image)"] if spec.container is not None else None)
+    return [] if missing is None else [f"platform: gpu, but {missing}. Fix: {GPU_FIX}"]
 
 
 # --- the request against the cluster ----------------------------------------------------------

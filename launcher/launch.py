@@ -14,7 +14,7 @@ from . import container
 from .errors import UsageError
 from .rundir import RunDirectory
 from .runtime.environment import RUN_DIR_ENV
-from .runtime.topology import EMULATED_PPN
+from .runtime.topology import EMULATED_PPN, GPU_FIX, missing_for_gpu
 from .spec import JobSpec
 
 RANK_PROGRAM = ["-m", "launcher.runtime.bootstrap"]
@@ -53,9 +53,15 @@ def find_mpirun() -> str:
 
 
 def check_local(spec: JobSpec) -> None:
-    """What can stop a local run before its run directory exists: no mpirun, a runtime that needs srun."""
+    """What can stop a local run before its run directory exists: no mpirun, a runtime that needs
+    srun, `platform: gpu` on a machine without a GPU (or without JAX's CUDA plugin)."""
     find_mpirun()
     container.refuse_local_pyxis(spec)
+    if spec.platform == "gpu":
+        # In a container image, the image's JAX is the one that needs the plugin.
+        missing = missing_for_gpu(plugins=["(in the image)"] if spec.container is not None else None)
+        if missing is not None:
+            raise UsageError(f"platform: gpu, but {missing} (try `jaxlaunch explain`).\n  fix: {GPU_FIX}")
 
 
 def mpirun_flags(num_processes: int, is_root: bool, oversubscribe: bool = True) -> list[str]:

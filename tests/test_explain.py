@@ -83,3 +83,33 @@ def test_the_time_limit_fix_the_fit_check_suggests_does_fit(write_spec, settings
     assert fixes, problems[0]
     fixed = load_spec(write_spec("name: x\nentrypoint: m:f\n"), overrides=[*settings, *fixes])
     assert check_against_cluster(fixed, cluster) == ([], []), fixes
+
+
+def test_what_platform_gpu_needs_on_this_machine():
+    from launcher.runtime.topology import missing_for_gpu
+
+    assert missing_for_gpu(device_files=[], plugins=["jax-cuda12-plugin 0.10.2"]) == (
+        "this machine has no NVIDIA GPU (no /dev/nvidia0)")
+    assert "JAX's CUDA plugin is not installed" in missing_for_gpu(device_files=["/dev/nvidia0"], plugins=[])
+    assert missing_for_gpu(device_files=["/dev/nvidia0"], plugins=["jax-cuda12-plugin 0.10.2"]) is None
+
+
+@pytest.mark.skipif(Path("/dev/nvidia0").exists(), reason="this machine has a GPU")
+def test_platform_gpu_without_a_gpu_is_refused_by_run_and_explain_not_a_bare_assertion(tmp_path):
+    """Issue 29: `platform: gpu` on a host without a GPU failed in every rank with JAX's bare
+    AssertionError, and explain showed `GPU 0` as if it would work."""
+    from conftest import JOBS, jaxlaunch
+
+    result = jaxlaunch("run", JOBS / "normalize.yaml", "--set", "platform=gpu", "--run-dir", tmp_path / "run",
+                       timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr and "AssertionError" not in result.stderr
+    assert "platform: gpu, but this machine has no NVIDIA GPU (no /dev/nvidia0)" in result.stderr
+    assert "fix: run on a GPU node" in result.stderr
+    assert not (tmp_path / "run").exists()  # refused before anything was made
+
+    explained = CliRunner().invoke(main, ["explain", str(JOBS / "normalize.yaml"), "--set", "platform=gpu"])
+    assert explained.exit_code == 2
+    assert explained.output.splitlines()[-1].startswith(
+        "refused: platform: gpu, but this machine has no NVIDIA GPU (no /dev/nvidia0). Fix: ")
+    assert CliRunner().invoke(main, ["explain", str(JOBS / "normalize.yaml")]).exit_code == 0

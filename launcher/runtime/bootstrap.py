@@ -10,6 +10,7 @@ import importlib
 import importlib.util
 import logging
 import os
+import socket
 import sys
 import time
 import traceback
@@ -157,7 +158,15 @@ def main() -> None:
             seconds = start_jax_distributed(jax, comm, spec.platform, spec.jax_distributed_timeout)
             if rank == 0:
                 run.log_event("jax_distributed", seconds=round(seconds, 3), processes=size)
-        devices = jax.local_devices()
+        try:
+            devices = jax.local_devices()
+        except (AssertionError, RuntimeError) as exc:  # JAX's words for no CUDA: a bare AssertionError
+            if spec.platform != "gpu":
+                raise
+            from .topology import GPU_FIX, missing_for_gpu
+
+            why = missing_for_gpu() or f"JAX could not start its CUDA backend ({exc!r})"
+            raise RuntimeError(f"platform: gpu, but on {socket.gethostname()}: {why}. Fix: {GPU_FIX}") from None
         from .preflight import run_preflight
 
         # Before the job's code: all ranks must run the same software on the devices they should.

@@ -101,3 +101,31 @@ def device_environment(platform: str, devices_per_process: int, local_rank: int,
                 "XLA_FLAGS": cpu_device_flags(env.get("XLA_FLAGS", ""), devices_per_process)}
     return {"JAX_PLATFORMS": "cuda",
             "CUDA_VISIBLE_DEVICES": visible_gpus(local_rank, devices_per_process, env.get("CUDA_VISIBLE_DEVICES"))}
+
+
+# What JAX needs for JAX_PLATFORMS=cuda: a GPU (the driver's device files) and a CUDA plugin.
+CUDA_PLUGINS = ("jax-cuda13-plugin", "jax-cuda12-plugin")
+GPU_FIX = "run on a GPU node, install JAX's CUDA build there (pip install 'jax[cuda12]'), or set platform: cpu"
+
+
+def missing_for_gpu(device_files: list[str] | None = None, plugins: list[str] | None = None) -> str | None:
+    """Why `platform: gpu` cannot run on THIS machine (no NVIDIA GPU, or JAX without its CUDA
+    plugin), else None. Without this, JAX's only word is a bare AssertionError in local_devices().
+    Reads files and package metadata: JAX is not imported."""
+    import glob
+    from importlib import metadata
+
+    if device_files is None:
+        device_files = glob.glob("/dev/nvidia[0-9]*")
+    if not device_files:
+        return "this machine has no NVIDIA GPU (no /dev/nvidia0)"
+    if plugins is None:
+        plugins = []
+        for name in CUDA_PLUGINS:
+            try:
+                plugins.append(f"{name} {metadata.version(name)}")
+            except metadata.PackageNotFoundError:
+                pass
+    if not plugins:
+        return f"JAX's CUDA plugin is not installed here ({' or '.join(CUDA_PLUGINS)})"
+    return None
