@@ -316,3 +316,14 @@ def test_a_local_run_with_pyxis_is_refused_before_a_run_directory_exists(tmp_pat
                      "--run-dir", tmp_path / "run")
     assert done.returncode == 2 and "pyxis runs only under srun" in done.stderr, done.stderr
     assert not (tmp_path / "run").exists()
+
+
+def test_a_mount_covers_a_path_only_through_a_real_parent_folder():
+    """Issue 29: /data2 is not under /data: a run directory there is mounted itself; /data/project is covered."""
+    from launcher.container import mounts
+
+    spec = spec_of({"image": "/i", "runtime": "charliecloud", "mounts": ["/data"]})
+    assert mounts(spec, Path("/data2/runs/r"), Path("/data/project")) == [
+        ("/data", "/data"), ("/data2/runs/r", "/data2/runs/r"), ("/home/user/project", "/home/user/project")]
+    assert mounts(spec, Path("/data/runs/r"), Path("/datasets")) == [
+        ("/data", "/data"), ("/datasets", "/datasets"), ("/home/user/project", "/home/user/project")]
