@@ -833,3 +833,30 @@ def test_root_cause_of_a_left_early_stop_is_the_culprit_unless_it_recorded_its_o
     failure = root_cause.build_failure(rank_errors=[own], abort_requests=[request], **args)
     assert failure["first_failure"]["error"] == "RuntimeError: own" and failure["first_failure"]["source"] == "rank"
 
+
+
+def test_a_second_node_exclusion_keeps_the_nodes_excluded_by_earlier_requeues(fake_launcher, tmp_path, slurm,
+                                                                               monkeypatch):
+    """Issue 29: the job was requeued once without node1; now node3 fails the health check. The
+    requeue must leave both behind (and keep node9, excluded at submission): status.json, the
+    event and the one `scontrol update ExcNodeList=...`."""
+    from launcher.supervisor import nodes
+
+    spec = JobSpec(name="units", entrypoint="job.py:main", processes_per_node=2,
+                   slurm=SlurmSpec(max_requeues=3, health_check="true"))
+    run = RunDirectory.create(spec, tmp_path / "run")
+    run.update_status(state="REQUEUED", attempts=1, requeues=1, node_failures=1, excluded_nodes=["node1"])
+    monkeypatch.setenv(requeue.RESTART_COUNT_ENV, "1")
+    slurm.record = {"ExcNodeList": "node1,node9"}  # Slurm's record: sbatch --exclude=node9, then our first requeue
+    updates = []
+    monkeypatch.setattr(nodes, "allocated_nodes", lambda env=os.environ: ["node2", "node3"])
+    monkeypatch.setattr(nodes, "health_check", lambda command, allocated: {"node3": "health check exited with code 1"})
+    monkeypatch.setattr(nodes, "exclude", lambda job_id, nodelist: updates.append((job_id, nodelist)))
+    outcome = supervisor(fake_launcher, spec, run, "complete", slurm_job_id="7", resume=True).supervise()
+    assert (outcome.state, outcome.exit_code) == ("REQUEUED", 0) and slurm.requeued == ["7"]
+    final = status(run)
+    assert final["excluded_nodes"] == ["node1", "node3"]
+    assert (final["requeues"], final["node_failures"]) == (2, 2)
+    assert next(e for e in run.read_events() if e["event"] == "requeue")["exclude"] == ["node1", "node3"]
+    assert len(updates) == 1 and updates[0][0] == "7"
+    assert set(updates[0][1].split(",")) == {"node1", "node3", "node9"}, updates
