@@ -37,3 +37,37 @@ def test_a_tree_allreduce_touches_no_fresh_memory_call_after_call():
     measured = json.loads(done.stdout.strip().splitlines()[-1])
     assert measured["last_leaf"] == 99.0  # one process: the sum is the leaf
     assert measured["faults_per_call"] < 100, measured  # 4 MiB of fresh pages would be 1,024
+
+
+def test_a_staging_buffer_still_held_by_a_result_is_not_reused(monkeypatch):
+    """Issue 29: the next call of the same tree takes the staging buffer again only once nothing holds
+    it. Here the put hands the buffer's memory to the results instead of copying it (as a zero-copy
+    put, or one still in flight, holds it): results kept from one call must survive the next. In this
+    process (one MPI process), with the put replaced; the calls themselves are the real ones."""
+    import jax.numpy as jnp
+    import numpy as np
+    from mpi4py import MPI
+
+    import launcher
+    from launcher import collectives
+
+    monkeypatch.setattr(collectives, "_put", lambda aval, sharding, values, devices, committed, copy: values[0])
+    monkeypatch.setattr(collectives, "_STAGING", {})
+    size = MPI.COMM_WORLD.Get_size()
+
+    def tree(value):
+        return {"a": jnp.full(1024, value, jnp.float32), "b": jnp.full(1024, value + 1, jnp.float32)}
+
+    first = launcher.allreduce(tree(1.0))
+    assert isinstance(first["a"], np.ndarray) and first["a"].base is first["b"].base  # one staging buffer
+    kept = first["a"]  # one result alone holds it
+    del first
+    second = launcher.allreduce(tree(10.0))
+    assert second["a"].base is not kept.base
+    np.testing.assert_array_equal(kept, np.full(1024, 1.0 * size))
+    np.testing.assert_array_equal(second["a"], np.full(1024, 10.0 * size))
+    held_by_second = id(second["a"].base)
+    del second  # nothing holds its buffer now: the next call takes it again
+    third = launcher.allreduce(tree(100.0))
+    assert id(third["a"].base) == held_by_second
+    np.testing.assert_array_equal(kept, np.full(1024, 1.0 * size))
