@@ -197,3 +197,27 @@ def test_an_executor_takes_a_spec_file_its_overrides_and_fields_and_ignores_its_
     assert launcher.Executor("local").job_spec(test_a_bad_executor_field_is_the_spec_error_a_file_gets).name == \
         "test_a_bad_executor_field_is_the_spec_error_a_file_gets"
     assert launcher.Executor("local").job_spec(lambda ctx: 1).name == "lambda"
+
+
+def test_a_function_pickled_by_reference_reaches_the_ranks_with_the_callers_sys_path(in_tmp, monkeypatch):
+    """Issue 29: a function from the caller's own module (a notebook's helpers folder on its sys.path,
+    not the ranks') travels as module and name only; the ranks import it through the sys.path that
+    call.json records. The Slurm tier checks this too (test_slurm_function.py); this is the local run."""
+    import importlib
+
+    helpers = in_tmp / "notebook_helpers"  # under the working directory, not in it: not on the ranks' path
+    helpers.mkdir()
+    (helpers / "audit_by_reference.py").write_text(textwrap.dedent("""
+        import launcher
+
+        def rank_sum(ctx, offset):
+            return {"sum": launcher.allreduce(ctx.rank + offset), "file": __file__}
+    """))
+    monkeypatch.syspath_prepend(str(helpers))
+    module = importlib.import_module("audit_by_reference")
+    monkeypatch.setitem(sys.modules, "audit_by_reference", module)  # gone again after the test
+    payload = function_files(module.rank_sum, (1,), {})["function/call.pkl"]
+    assert b"code_with_filename" not in payload and b"cloudpickle" not in payload  # by reference, not by value
+    job = launcher.Executor("local", processes_per_node=2).submit(module.rank_sum, 1)
+    assert job.result(timeout=120) == {"sum": 3, "file": str(helpers / "audit_by_reference.py")}  # (0+1) + (1+1)
+    assert str(helpers) in json.loads((job.run_dir / "function" / CALL_RECORD).read_text())["sys_path"]
