@@ -52,7 +52,10 @@ from .stragglers import Stragglers
 from .runtime.environment import CONTROL_ENV, CONTROL_HOST_ENV, CONTROL_TOKEN_ENV
 
 MAX_LINE = 1 << 20          # a message longer than this is a protocol error
+HELLO_BYTES = 4096          # what a connection may send before its hello is accepted (a hello is ~80)
 HELLO_SECONDS = 10.0        # a connection must say hello within this long
+ACCEPT_BACKOFF = (0.05, 1.0)  # accept() failing (EMFILE...): stop listening this long, doubling up to the max
+REFUSALS_LOGGED = 20        # refused messages written to events.jsonl per attempt (then only counted)
 CONNECT_SECONDS = 60.0      # a rank keeps trying to reach the supervisor this long at start-up
 # TCP keepalive on the ranks' side: a supervisor host that died silently is noticed after
 # IDLE + INTERVAL * COUNT seconds.
@@ -116,6 +119,80 @@ class NoticeSeen:
     time: float | None
 
 
+# What each rank message must carry, and of which JSON type, before anything reads it: a message
+# without them (or with others' types) is refused, so no field access downstream can fail.
+# (JSON numbers: int or float, never bool; None where a field may be null.)
+NUMBER = (int, float)
+MESSAGE_FIELDS: dict[str, dict[str, tuple]] = {
+    "started": {"host": (str,), "pid": (int,), "time": NUMBER},
+    "waiting": {"seq": (int,), "name": (str,), "since": NUMBER},
+    "abort": {"reason": (str,), "message": (str,), "time": NUMBER},
+    "notice": {"sources": (list,)},
+    "state": {"time": NUMBER, "reason": (str,)},
+    "done": {"collectives": (int,), "time": NUMBER},
+    "progress": {},
+}
+OPTIONAL_FIELDS: dict[str, dict[str, tuple]] = {
+    "abort": {"host": (str,), "collective": (dict,), "culprit": (int, type(None))},
+    "notice": {"time": (int, float, type(None))},
+    "state": {"host": (str,), "where": (str, type(None)), "collectives_started": (int,),
+              "collectives_completed": (int,), "waiting_in": (dict, type(None))},
+    "done": {"stopped": (dict, type(None))},
+}
+# The reasons a rank may give for stopping the job (the supervisor finds left_early itself).
+RANK_ABORT_REASONS = ("collective_timeout",)
+
+
+class BadMessage(ValueError):
+    """A message that is not what the protocol says: refused (that message, or the connection
+    before its hello), never the serving thread."""
+
+
+def _is(value, types: tuple) -> bool:
+    return isinstance(value, types) and not isinstance(value, bool) or (value is None and type(None) in types)
+
+
+def parse_line(line: bytes) -> tuple[str, dict]:
+    """(kind, fields) of one line; BadMessage for anything but a JSON object with a string kind
+    (deep nesting, NaN/Infinity, invalid UTF-8 and lone surrogates included)."""
+    try:
+        message = json.loads(line, parse_constant=_no_constant)
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+        raise BadMessage(f"not JSON ({type(exc).__name__})") from None
+    if not isinstance(message, dict) or not isinstance(message.get("kind"), str):
+        raise BadMessage("not a JSON object with a kind")
+    kind = message.pop("kind")
+    try:
+        json.dumps(message, ensure_ascii=False).encode()  # lone surrogates cannot be written anywhere
+    except (UnicodeEncodeError, ValueError, RecursionError):
+        raise BadMessage("a string that is not text (a lone surrogate)") from None
+    return kind, message
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not a number")
+
+
+def check_rank_message(kind: str, message: dict) -> None:
+    """BadMessage unless `message` is a `kind` the ranks send, with its fields of their types."""
+    if kind not in MESSAGE_FIELDS:
+        raise BadMessage(f"unknown kind {kind[:40]!r}")
+    for name, types in MESSAGE_FIELDS[kind].items():
+        if name not in message or not _is(message[name], types):
+            raise BadMessage(f"{kind}: {name} missing or not {'/'.join(t.__name__ for t in types)}")
+    for name, types in OPTIONAL_FIELDS.get(kind, {}).items():
+        if name in message and not _is(message[name], types):
+            raise BadMessage(f"{kind}: {name} is not {'/'.join(t.__name__ for t in types)}")
+    if kind == "abort" and message["reason"] not in RANK_ABORT_REASONS:
+        raise BadMessage(f"abort: a rank cannot stop the job for {message['reason'][:40]!r}")
+    if kind == "notice" and not all(isinstance(source, str) for source in message["sources"]):
+        raise BadMessage("notice: sources must be strings")
+    stopped = message.get("stopped") if kind == "done" else None
+    if stopped is not None and not (isinstance(stopped.get("sources", []), list)
+                                    and all(isinstance(x, str) for x in stopped.get("sources", []))):
+        raise BadMessage("done: stopped.sources must be strings")
+
+
 def encode(kind: str, record) -> bytes:
     body = asdict(record) if not isinstance(record, dict) else dict(record)
     return (json.dumps({"kind": kind, **body}, separators=(",", ":"), default=str) + "\n").encode()
@@ -176,20 +253,20 @@ class ControlServer:
         self.straggler: dict | None = None  # the latest verdict (launcher/stragglers.py)
         self._straggler_written = (None, 0.0)
         self.token = secrets.token_hex(16)
-        _allow_many_connections()
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self._listener = socket.create_server((host, 0), family=family, backlog=4096)
-        self._listener.setblocking(False)
-        port = self._listener.getsockname()[1]
-        self.address = f"[{host}]:{port}" if family == socket.AF_INET6 else f"{host}:{port}"
+        self.size = size
+        self.host = host
+        self.address: str | None = None   # host:port, once started
+        self._listener: socket.socket | None = None
+        self._listen_again: float | None = None  # accept() failed: listen again from then (monotonic)
+        self._accept_backoff = ACCEPT_BACKOFF[0]
+        self.refused = 0                  # messages and connections refused (bad, forged or not ours)
         self.changed = threading.Event()    # set on every message; the supervisor's loop waits on it
         self._lock = threading.Lock()
         self._records: dict[str, dict[int, dict]] = {kind: {} for kind in RANK_KINDS}
         self._to_every_rank: list[bytes] = []  # stop and preempt, replayed to late connections
         self._connections: dict[int, _Connection] = {}
-        self._selector = selectors.DefaultSelector()
-        self._wake_read, self._wake_write = socket.socketpair()
-        self._wake_read.setblocking(False)
+        self._selector: selectors.BaseSelector | None = None
+        self._wake_read = self._wake_write = None
         self._closed = False
         self._thread = threading.Thread(target=self._serve, name="jaxlaunch-control", daemon=True)
 
@@ -198,6 +275,16 @@ class ControlServer:
         return {CONTROL_ENV: self.address, CONTROL_TOKEN_ENV: self.token}
 
     def start(self) -> "ControlServer":
+        """Bind (only now: a server that is never started holds no socket) and serve."""
+        _allow_many_connections()
+        self._selector = selectors.DefaultSelector()
+        self._wake_read, self._wake_write = socket.socketpair()
+        self._wake_read.setblocking(False)
+        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+        self._listener = socket.create_server((self.host, 0), family=family, backlog=4096)
+        self._listener.setblocking(False)
+        port = self._listener.getsockname()[1]
+        self.address = f"[{self.host}]:{port}" if family == socket.AF_INET6 else f"{self.host}:{port}"
         self._selector.register(self._listener, selectors.EVENT_READ, "listen")
         self._selector.register(self._wake_read, selectors.EVENT_READ, "wake")
         self._thread.start()
@@ -207,14 +294,19 @@ class ControlServer:
         """Stop serving and close every connection: ranks still running see their supervisor gone."""
         self._closed = True
         self._wake()
-        self._thread.join(timeout=5)
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
         for sock in [self._listener, self._wake_read, self._wake_write,
                      *(c.sock for c in self._connections.values())]:
+            if sock is None:
+                continue
             try:
                 sock.close()
             except OSError:
                 pass
         self._connections.clear()
+        if self._selector is not None:
+            self._selector.close()
 
     def __enter__(self):
         return self.start()
@@ -241,7 +333,7 @@ class ControlServer:
     def _wake(self) -> None:
         try:
             self._wake_write.send(b"x")
-        except OSError:
+        except (OSError, AttributeError):  # closed, or never started
             pass
 
     # --- what the ranks said (in memory; copies) ---
@@ -287,26 +379,47 @@ class ControlServer:
     # --- the serving thread ---
 
     def _serve(self) -> None:
+        """The serving loop. Nothing a connection sends may end it: the supervisor's view of the
+        job (done, stop requests, hang reports) lives here, so an error is that connection's."""
         while not self._closed:
-            for key, events in self._selector.select(timeout=1.0):
-                if key.data == "listen":
-                    self._accept()
-                elif key.data == "wake":
-                    try:
-                        while self._wake_read.recv(4096):
-                            pass
-                    except (BlockingIOError, InterruptedError):
-                        pass
-                else:
-                    connection = key.data
-                    if events & selectors.EVENT_READ:
-                        self._read(connection)
-                    if events & selectors.EVENT_WRITE and connection.sock.fileno() >= 0:
-                        self._flush(connection)
-            self._after_select()
+            try:
+                ready = self._selector.select(timeout=1.0)
+            except (OSError, ValueError):
+                time.sleep(0.05)
+                continue
+            for key, events in ready:
+                try:
+                    self._serve_one(key, events)
+                except Exception as exc:  # noqa: BLE001  (a bug of ours must not end the job's channel)
+                    if isinstance(key.data, _Connection):
+                        self._refuse(key.data, f"serving it failed: {exc!r}"[:200])
+                        self._drop(key.data)
+            try:
+                self._after_select()
+            except Exception:  # noqa: BLE001
+                pass
+
+    def _serve_one(self, key, events) -> None:
+        if key.data == "listen":
+            self._accept()
+        elif key.data == "wake":
+            try:
+                while self._wake_read.recv(4096):
+                    pass
+            except (BlockingIOError, InterruptedError):
+                pass
+        else:
+            connection = key.data
+            if events & selectors.EVENT_READ:
+                self._read(connection)
+            if events & selectors.EVENT_WRITE and connection.sock.fileno() >= 0:
+                self._flush(connection)
 
     def _after_select(self) -> None:
         now = time.monotonic()
+        if self._listen_again is not None and now >= self._listen_again and not self._closed:
+            self._listen_again = None
+            self._selector.register(self._listener, selectors.EVENT_READ, "listen")
         for connection in list(self._connections.values()):
             if connection.rank is None and now - connection.opened > HELLO_SECONDS:
                 self._drop(connection)
@@ -318,6 +431,15 @@ class ControlServer:
             try:
                 sock, _ = self._listener.accept()
             except (BlockingIOError, InterruptedError):
+                self._accept_backoff = ACCEPT_BACKOFF[0]
+                return
+            except OSError:
+                # Out of file descriptors (EMFILE, ENFILE) or memory: the pending connection stays
+                # in the backlog. Stop listening a while (else select() reports it at once, again
+                # and again), serve the connections we have, and try again later.
+                self._selector.unregister(self._listener)
+                self._listen_again = time.monotonic() + self._accept_backoff
+                self._accept_backoff = min(self._accept_backoff * 2, ACCEPT_BACKOFF[1])
                 return
             sock.setblocking(False)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -334,8 +456,10 @@ class ControlServer:
         connection.sock.close()
 
     def _read(self, connection: _Connection) -> None:
+        # Before its hello, a connection may hold HELLO_BYTES at most: strangers cost no memory.
+        limit = HELLO_BYTES if connection.rank is None else MAX_LINE
         try:
-            data = connection.sock.recv(65536)
+            data = connection.sock.recv(min(65536, limit + 1))
         except (BlockingIOError, InterruptedError):
             return
         except OSError:
@@ -355,33 +479,29 @@ class ControlServer:
                     self._drop(connection)
                     return
                 # A rank's bad message is dropped, not the rank: losing its connection would stop it.
-        if len(connection.inbox) > MAX_LINE:
+        if len(connection.inbox) > limit:
             if connection.rank is None:
+                self._refuse(connection, f"more than {HELLO_BYTES} bytes before its hello")
                 self._drop(connection)
             else:
                 connection.inbox.clear()
                 connection.skipping = True
 
     def _handle(self, connection: _Connection, line: bytes) -> bool:
-        """Take one message; False drops the connection (no secret, not JSON, not ours)."""
+        """Take one message; False refuses it (and, before the hello, drops the connection)."""
         try:
-            message = json.loads(line)
-            kind = message.pop("kind")
-        except (ValueError, KeyError, TypeError, AttributeError):
-            return False
-        if connection.rank is None:
-            token = str(message.get("token", ""))
-            if kind != "hello" or not hmac.compare_digest(token.encode(), self.token.encode()):
-                return False
-            connection.rank = int(message["rank"])
-            with self._lock:
-                connection.outbox += b"".join(self._to_every_rank)
-            return True
-        if kind not in RANK_KINDS:
+            kind, message = parse_line(line)
+            if connection.rank is None:
+                self._hello(connection, kind, message)
+                return True
+            check_rank_message(kind, message)
+        except BadMessage as exc:
+            self._refuse(connection, str(exc))
             return False
         message["rank"] = connection.rank  # a rank speaks only for itself
-        if kind == "progress":
-            self._append_metrics(connection.rank, message)
+        if kind == "progress" and not self._append_metrics(connection.rank, message):
+            self._refuse(connection, "progress: not the shape ranks send")
+            return False
         if kind == "state":  # on disk before anyone is told it came
             try:
                 atomic_write_json(self.run.rank_state(connection.rank), message)
@@ -396,16 +516,47 @@ class ControlServer:
             self.changed.set()
         return True
 
-    def _append_metrics(self, rank: int, message: dict) -> None:
-        """RUN_DIR/metrics.jsonl: one line per rank-0 report, one per rank per flush (its step time)."""
+    def _hello(self, connection: _Connection, kind: str, message: dict) -> None:
+        """Accept the connection as rank N: it must know the secret, and N must be one of the job's
+        ranks that no other connection speaks for. BadMessage otherwise."""
+        token, rank = message.get("token"), message.get("rank")
+        # compare_digest takes ASCII strings only; a wrong length or alphabet is simply wrong.
+        if (kind != "hello" or not isinstance(token, str) or not token.isascii()
+                or not hmac.compare_digest(token, self.token)):
+            raise BadMessage("no hello with the job's secret")
+        if not _is(rank, (int,)) or rank < 0 or (self.size and rank >= self.size):
+            raise BadMessage(f"hello: rank {str(rank)[:20]} is not one of the job's {self.size} ranks")
+        if any(other.rank == rank for other in self._connections.values()):
+            raise BadMessage(f"hello: rank {rank} is connected already")
+        connection.rank = rank
+        with self._lock:
+            connection.outbox += b"".join(self._to_every_rank)
+
+    def _refuse(self, connection: _Connection, why: str) -> None:
+        """Count a refused message; the first REFUSALS_LOGGED of an attempt go to events.jsonl
+        (for people: somebody is probing the port, or a rank's code sends what it should not)."""
+        self.refused += 1
+        if self.refused <= REFUSALS_LOGGED:
+            self.run.log_event("control_refused", rank=connection.rank, why=why[:200])
+
+    def _append_metrics(self, rank: int, message: dict) -> bool:
+        """RUN_DIR/metrics.jsonl: one line per rank-0 report, one per rank per flush (its step time).
+        False for a message that is not the shape ranks send (nothing is written)."""
+        reports, arrivals = message.get("reports") or [], message.get("arrivals")
+        if not (isinstance(reports, list) and all(isinstance(r, dict) and {"step", "time", "metrics"} <= r.keys()
+                                                   for r in reports)):
+            return False
+        if arrivals and not (isinstance(arrivals, dict) and _is(arrivals.get("first"), (int,))
+                             and isinstance(arrivals.get("times"), list)
+                             and all(_is(t, NUMBER) for t in arrivals["times"])):
+            return False
         lines = [{"kind": "metrics", "step": r["step"], "time": r["time"], "total": message.get("total"),
-                  "metrics": r["metrics"]} for r in message.get("reports") or []]
+                  "metrics": r["metrics"]} for r in reports]
         if message.get("step") is not None:
             lines.append({"kind": "rank", "rank": rank, "step": message["step"], "time": message.get("time"),
                           "total": message.get("total"), "step_seconds": message.get("step_seconds")})
-        arrivals = message.get("arrivals")
         if arrivals:
-            self.stragglers.add(rank, int(arrivals["first"]), list(arrivals["times"]))
+            self.stragglers.add(rank, arrivals["first"], list(arrivals["times"]))
             verdict = self.stragglers.verdict()
             who, written = self._straggler_written
             now = time.time()
@@ -416,12 +567,13 @@ class ControlServer:
                 host = (self._records["started"].get(named) or {}).get("host") if named is not None else None
                 lines.append({"kind": "straggler", "time": now, **(verdict or {"rank": None}), "host": host})
         if not lines:
-            return
+            return True
         try:
             with open(self.run.metrics_file, "a") as out:
                 out.write("".join(json.dumps(line, separators=(",", ":")) + "\n" for line in lines))
         except OSError:
             pass  # progress is for people; the job goes on
+        return True
 
     def _flush(self, connection: _Connection) -> None:
         with self._lock:
