@@ -341,3 +341,56 @@ def test_a_supervisor_holds_no_socket_before_its_first_attempt(tmp_path):
     assert sockets() == before + 3  # the listener and the wake-up pair, while it serves
     server.close()
     assert sockets() == before
+
+
+class _Comm:
+    """A communicator of `size` processes as rank 0 sees it, on the given hosts."""
+
+    def __init__(self, hosts):
+        self.hosts = hosts
+
+    def Get_rank(self):
+        return 0
+
+    def Get_size(self):
+        return len(self.hosts)
+
+    def bcast(self, value, root=0):
+        return value
+
+    def allgather(self, value):
+        return [value, *self.hosts[1:]]
+
+
+def _coordinator_of(comm, monkeypatch, bind_env=None):
+    from launcher.runtime import bootstrap
+
+    calls = []
+
+    class FakeJax:
+        class config:
+            update = staticmethod(lambda *args: None)
+
+        class distributed:
+            initialize = staticmethod(lambda **kwargs: calls.append(kwargs))
+
+    if bind_env is None:
+        monkeypatch.delenv("JAX_COORDINATOR_BIND_ADDRESS", raising=False)
+    else:
+        monkeypatch.setenv("JAX_COORDINATOR_BIND_ADDRESS", bind_env)
+    bootstrap.start_jax_distributed(FakeJax, comm, "cpu", 60)
+    return calls[0]
+
+
+def test_jax_coordination_service_listens_where_the_ranks_reach_it_not_on_every_interface(monkeypatch):
+    """jax_distributed: true left JAX's unauthenticated coordinator on [::]:port (issue 30, 5)."""
+    here = socket.gethostname()
+    one_host = _coordinator_of(_Comm([here, here]), monkeypatch)
+    assert one_host["coordinator_address"].startswith("127.0.0.1:")
+    assert one_host["coordinator_bind_address"] == one_host["coordinator_address"]
+    several = _coordinator_of(_Comm([here, "another-node"]), monkeypatch)
+    host = several["coordinator_bind_address"].rpartition(":")[0]
+    assert host == socket.gethostbyname(here) and not host.startswith(("[::]", "0.0.0.0"))
+    assert several["coordinator_bind_address"] == several["coordinator_address"]
+    chosen = _coordinator_of(_Comm([here, here]), monkeypatch, bind_env="10.1.2.3:4567")
+    assert chosen["coordinator_bind_address"] == "10.1.2.3:4567"  # the user's own choice wins

@@ -461,5 +461,8 @@ def test_jax_distributed_timeout_is_a_duration_passed_to_jax(write_spec, monkeyp
         def bcast(self, value, root=0):
             return value
 
+        def allgather(self, value):
+            return [value]
+
     bootstrap.start_jax_distributed(FakeJax, OneProcess(), "cpu", spec.jax_distributed_timeout)
     assert calls[0]["initialization_timeout"] == 1200 and calls[0]["num_processes"] == 1

@@ -48,21 +48,26 @@ def start_jax_distributed(jax, comm, platform: str, timeout: int = 900) -> float
     """jax.distributed.initialize with its coordinator found through MPI: rank 0 picks a free
     port and broadcasts host:port (JAX 0.10 does not detect Open MPI 5's mpirun by itself).
     Every process gets `timeout` seconds to connect (the spec's jax_distributed_timeout).
-    Returns the seconds it took."""
+
+    JAX's coordination service is unauthenticated, and by default listens on every interface
+    ([::]:port), where every user of a shared cluster can reach it. It binds to the address the
+    ranks use instead: 127.0.0.1 when every rank runs on rank 0's host, else that host's address
+    (JAX_COORDINATOR_BIND_ADDRESS, when set, still wins). Returns the seconds it took."""
     started = time.perf_counter()
-    import socket
-    
+    hosts = comm.allgather(socket.gethostname())
     address = None
     if comm.Get_rank() == 0:
+        host = "127.0.0.1" if len(set(hosts)) == 1 else socket.gethostbyname(socket.gethostname())
         with socket.socket() as probe:
-            probe.bind(("", 0))
+            probe.bind((host, 0))
             port = probe.getsockname()[1]
-        address = f"{socket.gethostname()}:{port}"
+        address = f"{host}:{port}"
     address = comm.bcast(address, root=0)
     if platform == "cpu":
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
     jax.distributed.initialize(coordinator_address=address, num_processes=comm.Get_size(),
-                               process_id=comm.Get_rank(), initialization_timeout=int(timeout))
+                               process_id=comm.Get_rank(), initialization_timeout=int(timeout),
+                               coordinator_bind_address=os.environ.get("JAX_COORDINATOR_BIND_ADDRESS") or address)
     return time.perf_counter() - started
 
 
