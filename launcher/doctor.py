@@ -29,11 +29,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
+from .slurm.scheduler import FIX_CONF_NOT_A_FILE, FIX_NO_COMMANDS, FIX_NO_CONTROLLER, where_configured
+
 OK, WARN, FAIL = "ok", "warn", "fail"
 PROBE_TIMEOUT = 30.0        # JAX's first import on a cold shared filesystem, or CUDA's start, can be slow
 COMMAND_TIMEOUT = 10.0      # mpirun --version, scontrol ping
 SLURM_COMMANDS = ("sbatch", "squeue", "scontrol", "sinfo")
-NO_SLURM_NEEDED = "jaxlaunch run needs no Slurm"
 
 # The probes print one line of JSON (their last line of stdout).
 MPI4PY_PROBE = """
@@ -294,21 +295,18 @@ def _jax_check(started: _Started, gpu_driver: str | None) -> Check:
 def _slurm_checks(env: Mapping[str, str], ping: _Started | None, ping_skipped: str) -> list[Check]:
     found = {command: _which(command, env) for command in SLURM_COMMANDS}
     missing = [command for command, path in found.items() if path is None]
-    on_login_node = "for submit, status, logs and cancel: run on the cluster's login node, or load Slurm there"
     if missing:
         present = [f"{c} ({p})" for c, p in found.items() if p]
         commands = Check("slurm commands", WARN, f"not on PATH: {', '.join(missing)}"
                          + (f"; found: {', '.join(present)}" if present else ""),
-                         f"{NO_SLURM_NEEDED}; {on_login_node} (module load slurm)")
+                         f"{FIX_NO_COMMANDS} (module load slurm)")
     else:
         folders = sorted({str(Path(p).parent) for p in found.values()})
         commands = Check("slurm commands", OK, f"{', '.join(SLURM_COMMANDS)} in {', '.join(folders)}")
-    conf = env.get("SLURM_CONF")
     if ping is None:
-        fix = (f"point SLURM_CONF at the cluster's slurm.conf, or unset it; {NO_SLURM_NEEDED}"
-               if ping_skipped.startswith("SLURM_CONF") else f"{NO_SLURM_NEEDED}; {on_login_node}")
+        fix = FIX_CONF_NOT_A_FILE if ping_skipped.startswith("SLURM_CONF") else FIX_NO_COMMANDS
         return [commands, Check("slurm controller", WARN, f"not checked: {ping_skipped}", fix)]
-    where = f"SLURM_CONF={conf}" if conf else "SLURM_CONF is unset, so /etc/slurm/slurm.conf or DNS SRV"
+    where = where_configured(env)
     outcome = ping.outcome()
     answer = " ".join(line.strip() for line in outcome.stdout.splitlines() if line.strip())
     if outcome.returncode == 0 and re.search(r"\bUP\b", answer):
@@ -317,9 +315,7 @@ def _slurm_checks(env: Mapping[str, str], ping: _Started | None, ping_skipped: s
         detail = f"scontrol ping found no controller (exit code {outcome.returncode}): {outcome.last_error_line()}"
     else:
         detail = outcome.why_not("scontrol ping", COMMAND_TIMEOUT)
-    return [commands, Check("slurm controller", WARN, f"{detail} ({where})",
-                            f"{NO_SLURM_NEEDED}; submit needs a reachable slurmctld: set SLURM_CONF to the "
-                            f"cluster's slurm.conf, or run on its login node")]
+    return [commands, Check("slurm controller", WARN, f"{detail} ({where})", FIX_NO_CONTROLLER)]
 
 
 # --- containers --------------------------------------------------------------------------------

@@ -51,11 +51,36 @@ def test_timeout_is_reported():
 def test_cli_without_slurm_says_so(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))  # no squeue anywhere
     monkeypatch.setenv("JAXLAUNCH_HOME", str(tmp_path))
+    monkeypatch.delenv("SLURM_CONF", raising=False)
     result = CliRunner().invoke(main, ["cancel", "12"])  # cancel first asks squeue whether job 12 exists
-    assert result.exit_code == 1
-    assert result.output == ("Error: command failed (exit code 127): squeue -r --noheader --states=all --jobs 12 "
-                             "--format=%i|%T|%M|%D|%r|%l\nsqueue: command not found\n"
-                             "is Slurm installed here? jaxlaunch submit runs on a cluster login node\n")
+    assert result.exit_code == 2
+    assert result.output == ("Error: Slurm could not be asked: squeue is not on PATH.\n"
+                             "  fix: jaxlaunch run needs no Slurm; for submit, status, logs and cancel: run on the "
+                             "cluster's login node, or load Slurm there.\n")
+
+
+@pytest.mark.parametrize("stderr, exit_code", [
+    ("squeue: error: resolve_ctls_from_dns_srv: res_nsearch error: Unknown host\n"
+     "squeue: fatal: Could not establish a configuration source\n", 2),
+    ("squeue: error: ClusterName needs to be specified\nsqueue: fatal: Unable to process configuration file\n", 2),
+    ("slurm_load_jobs error: Unable to contact slurm controller (connect failure)\n", 1),
+])
+def test_slurm_that_cannot_be_asked_is_told_from_a_refusal(monkeypatch, tmp_path, stderr, exit_code):
+    """What Slurm 22.05 prints without a configuration, with a bad one, and with its controller down."""
+    monkeypatch.setenv("SLURM_CONF", str(tmp_path / "slurm.conf"))
+    (tmp_path / "slurm.conf").write_text("")
+    script = tmp_path / "squeue"
+    script.write_text(f"#!/bin/sh\nprintf '%s' '{stderr}' >&2\nexit 1\n")
+    script.chmod(0o755)
+    with pytest.raises(scheduler.SlurmUnreachable) as info:
+        scheduler.call_slurm([str(script), "--me"])
+    assert info.value.exit_code == exit_code and info.value.stderr == stderr
+    last = stderr.strip().splitlines()[-1]
+    assert str(info.value) == (f"Slurm could not be asked: {last if last.startswith('squeue') else f'squeue: {last}'}"
+                               f" (SLURM_CONF={tmp_path / 'slurm.conf'}).\n  fix: {scheduler.FIX_UNREACHABLE}.")
+    with pytest.raises(SchedulerError) as info:  # an ordinary refusal stays as Slurm said it
+        scheduler.call_slurm(["bash", "-c", "echo 'squeue: error: Invalid job id specified' >&2; exit 1"])
+    assert not isinstance(info.value, scheduler.SlurmUnreachable)
 
 
 def test_status_with_no_jobs(monkeypatch, tmp_path):

@@ -3,17 +3,71 @@
 Every call goes through `call_slurm`: an argv list (never a shell), a timeout, and on failure a
 SchedulerError carrying the command, exit code and stderr. The environment is passed through, so
 SLURM_CONF and the usual SLURM_* variables are honoured.
+
+When Slurm cannot be asked at all from here (no Slurm commands, no configuration, no controller
+answering) the error is a SlurmUnreachable that says why in one line and gives the fix, in the
+words `jaxlaunch doctor` uses too (they live here, once), so every command that needs Slurm says
+the same thing.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 from dataclasses import dataclass
+from pathlib import Path
 
 from ..errors import SchedulerError
 
 COMMAND_TIMEOUT = 60
+
+# What to do when Slurm cannot be asked: shown by every command that needs Slurm, and by doctor.
+NO_SLURM_NEEDED = "jaxlaunch run needs no Slurm"
+ON_LOGIN_NODE = "for submit, status, logs and cancel: run on the cluster's login node, or load Slurm there"
+REACH_CONTROLLER = "set SLURM_CONF to the cluster's slurm.conf, or run on its login node"
+FIX_NO_COMMANDS = f"{NO_SLURM_NEEDED}; {ON_LOGIN_NODE}"
+FIX_CONF_NOT_A_FILE = f"point SLURM_CONF at the cluster's slurm.conf, or unset it; {NO_SLURM_NEEDED}"
+FIX_NO_CONTROLLER = f"{NO_SLURM_NEEDED}; submit needs a reachable slurmctld: {REACH_CONTROLLER}"  # doctor's
+FIX_UNREACHABLE = f"{REACH_CONTROLLER}; {NO_SLURM_NEEDED}"  # a command's that needed Slurm
+# What Slurm's commands print (last line) when they have no configuration, or no controller answers.
+NOT_CONFIGURED = ("Could not establish a configuration source", "Unable to process configuration file")
+NO_ANSWER = ("Unable to contact slurm controller",)
+
+
+def where_configured(env=None) -> str:
+    """Where Slurm's commands look for their configuration ('SLURM_CONF=...', or what they do without it)."""
+    conf = (os.environ if env is None else env).get("SLURM_CONF")
+    return f"SLURM_CONF={conf}" if conf else "SLURM_CONF is unset, so /etc/slurm/slurm.conf or DNS SRV"
+
+
+class SlurmUnreachable(SchedulerError):
+    """Slurm cannot be asked from here: its commands are missing, it has no configuration, or its
+    controller does not answer. `why` is one line, `fix` what to do. Exit code 2 when this machine
+    is not set up for Slurm (the fix is the user's); 1 when a configured controller does not answer."""
+
+    def __init__(self, argv, returncode, stderr, why: str, fix: str, exit_code: int = 2):
+        super().__init__(argv, returncode, "", stderr)
+        self.why, self.fix, self.exit_code = why, fix, exit_code
+        self.args = (f"Slurm could not be asked: {why}.\n  fix: {fix}.",)
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+def _unreachable(argv: list[str], returncode: int, stderr: str) -> SlurmUnreachable | None:
+    """The SlurmUnreachable that a failed command's stderr shows, or None (an ordinary refusal)."""
+    last = _last_line(stderr)
+    if not any(words in last for words in NOT_CONFIGURED + NO_ANSWER):
+        return None
+    name = Path(argv[0]).name
+    said = last if last.startswith(f"{name}:") else f"{name}: {last}"
+    configured = not any(words in last for words in NOT_CONFIGURED)
+    return SlurmUnreachable(argv, returncode, stderr, f"{said} ({where_configured()})", FIX_UNREACHABLE,
+                            exit_code=1 if configured else 2)
+
 
 # Slurm state -> (our state, finished?). One table, used by status, --wait and logs -f.
 STATES = {
@@ -37,16 +91,21 @@ def translate_state(slurm_state: str) -> tuple[str, bool]:
 
 
 def call_slurm(argv: list[str], timeout: float = COMMAND_TIMEOUT, hint: str = "") -> str:
-    """Run one scheduler command; its stdout, or SchedulerError with command, exit code, stderr."""
+    """Run one scheduler command; its stdout, or SchedulerError with command, exit code, stderr
+    (SlurmUnreachable, with the fix, when Slurm cannot be asked from here at all)."""
+    conf = os.environ.get("SLURM_CONF")
+    if conf and not Path(conf).is_file():  # Slurm's commands would retry for 60 s before saying so
+        raise SlurmUnreachable(argv, None, "", f"SLURM_CONF={conf} is not a file", FIX_CONF_NOT_A_FILE)
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
     except FileNotFoundError:
-        raise SchedulerError(argv, 127, "", f"{argv[0]}: command not found",
-                             hint="is Slurm installed here? jaxlaunch submit runs on a cluster login node") from None
+        raise SlurmUnreachable(argv, 127, f"{argv[0]}: command not found", f"{argv[0]} is not on PATH",
+                               FIX_NO_COMMANDS) from None
     except subprocess.TimeoutExpired as exc:
         raise SchedulerError(argv, -1, exc.stdout or "", f"timed out after {timeout} s", hint=hint) from None
     if done.returncode != 0:
-        raise SchedulerError(argv, done.returncode, done.stdout, done.stderr, hint=hint)
+        raise _unreachable(argv, done.returncode, done.stderr) or SchedulerError(
+            argv, done.returncode, done.stdout, done.stderr, hint=hint)
     return done.stdout
 
 
