@@ -22,6 +22,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .progress import read_lines
+
 CATEGORIES = ["queued", "start-up", "first step", "productive steps", "checkpoint blocking", "work lost",
               "wind-down", "between attempts"]
 
@@ -72,8 +74,8 @@ def goodput(run_dir) -> Goodput:
     except (OSError, ValueError):
         status = {}
     events = sorted(_read_jsonl(run_dir / "events.jsonl"), key=lambda e: e.get("time", 0))
-    reports = sorted((r for r in _read_jsonl(run_dir / "metrics.jsonl") if r.get("kind") == "metrics"),
-                     key=lambda r: r["time"])
+    reports = sorted((r for r in read_lines(run_dir / "metrics.jsonl") if r.get("kind") == "metrics"),
+                     key=lambda r: r["time"])  # read_lines: steps as numbers, even where written as strings
     starts = [e for e in events if e["event"] == "attempt_started"]
     ends = {e["attempt"]: e["time"] for e in events if e["event"] == "attempt_ended"}
     end_of_run = status.get("ended") or time.time()

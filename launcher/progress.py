@@ -25,13 +25,25 @@ class Progress:
     rank_step_seconds: dict = field(default_factory=dict)  # rank -> its latest step time
     straggler: dict | None = None  # the slow rank, if one is named (launcher/stragglers.py)
 
-    def line(self) -> str:
-        """'step 420/1000 (42%), 12.3 steps/s, ETA 47 s; loss=0.123'"""
-        where = f"step {self.step}" + (f"/{self.total} ({100 * self.step / self.total:.0f}%)" if self.total else "")
+    def steps_done(self) -> int:
+        """Steps done by the latest report: steps count from 0, so step 79 of 80 is the 80th (never
+        more than the total, for a job that counts from 1)."""
+        done = self.step + 1
+        return min(done, self.total) if self.total else done
+
+    def line(self, ended: bool = False) -> str:
+        """'step 420/1000 (42%), 12.3 steps/s, ETA 47 s; loss=0.123'; for a job that has `ended`,
+        the steps it did: '1000/1000 steps (100%), 12.3 steps/s; loss=0.123'."""
+        if ended:
+            done = self.steps_done()
+            where = (f"{done}/{self.total} steps ({100 * done / self.total:.0f}%)" if self.total
+                     else f"{done} steps")
+        else:
+            where = f"step {self.step}" + (f"/{self.total} ({100 * self.step / self.total:.0f}%)" if self.total else "")
         parts = [where]
         if self.steps_per_second:
             parts.append(f"{self.steps_per_second:.3g} steps/s")
-        if self.eta_seconds is not None:
+        if self.eta_seconds is not None and not ended:
             parts.append(f"ETA {format_seconds(self.eta_seconds)}")
         text = ", ".join(parts)
         if self.metrics:
@@ -60,6 +72,35 @@ def _short(value) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
+# The fields of metrics.jsonl that hold numbers, with their type. jaxlaunch wrote a NumPy or JAX
+# step as a string ("2") until 2026-11 (step_seconds too, for a JAX step): read back as numbers.
+NUMBER_FIELDS = {"step": int, "total": int, "rank": int, "time": float, "step_seconds": float}
+REQUIRED = ("step", "time")  # a line without these as numbers cannot be placed
+
+
+def _number(text, kind):
+    try:
+        number = float(text)
+    except (TypeError, ValueError):
+        return None
+    return int(number) if kind is int and number.is_integer() else number
+
+
+def clean_line(line) -> dict | None:
+    """A line of metrics.jsonl with its numbers as numbers (strings converted); None for a line
+    that is not a record, or whose step or time is not a number."""
+    if not isinstance(line, dict):
+        return None
+    for name, kind in NUMBER_FIELDS.items():
+        value = line.get(name)
+        if value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)):
+            continue
+        line[name] = _number(value, kind)
+        if line[name] is None and name in REQUIRED:
+            return None
+    return line
+
+
 def read_lines(path: Path, tail_bytes: int | None = None) -> list[dict]:
     try:
         with open(path, "rb") as source:
@@ -76,9 +117,11 @@ def read_lines(path: Path, tail_bytes: int | None = None) -> list[dict]:
     out = []
     for line in lines:
         try:
-            out.append(json.loads(line))
+            record = clean_line(json.loads(line))
         except ValueError:
             continue  # a line being written
+        if record is not None:
+            out.append(record)
     return out
 
 

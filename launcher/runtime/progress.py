@@ -1,7 +1,7 @@
 """`ctx.report(step, total=..., **metrics)`: the job says how far it has got.
 
 The call only appends to a list (no collective, no I/O, no device sync: a jax scalar is kept as it
-is and converted later). Every FLUSH_SECONDS the rank's monitor thread (monitor.py) takes what
+is and converted later, step included: a NumPy or JAX step becomes a Python int in `take`). Every FLUSH_SECONDS the rank's monitor thread (monitor.py) takes what
 was reported and sends it to the supervisor over the control channel (rank 0 every 0.2 s), which appends it to
 RUN_DIR/metrics.jsonl (launcher/control.py): rank 0's metrics, one line per report, and each rank's
 step time, one line per rank per flush. The rest is flushed when main returns. Lines are appended,
@@ -34,6 +34,18 @@ def plain(value):
     return repr(value)
 
 
+def plain_number(value):
+    """A step or total as a Python int (a float if it is not whole): NumPy and JAX integers, 0-d
+    arrays and one-element arrays become JSON numbers, not strings (a Flax TrainState.step is a JAX
+    integer). Anything else is returned as it is."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return int(value)
+    number = plain(value)
+    if isinstance(number, float) and number.is_integer():
+        return int(number)
+    return number if isinstance(number, (int, float)) and not isinstance(number, bool) else value
+
+
 class ProgressReporter:
     """One per rank. `report` from the job's thread, `take` from the monitor thread."""
 
@@ -51,12 +63,14 @@ class ProgressReporter:
         None; call again while `pending`."""
         # Rank 0 sends its reports (CHUNK at a time); the others only their step time.
         count = min(CHUNK, len(self._reports)) if self.rank == 0 else len(self._reports)
-        reports = [self._reports.popleft() for _ in range(count)]
+        # Here, in the monitor thread, a JAX step is waited for and becomes a Python number.
+        reports = [(plain_number(step), at, total, metrics)
+                   for step, at, total, metrics in (self._reports.popleft() for _ in range(count))]
         if not reports:
             return None
         for _, _, total, _ in reports:
             if total is not None:
-                self.total = int(total)
+                self.total = int(plain_number(total))
         step, at = reports[-1][0], reports[-1][1]
         first_step, first_at = self._previous or (reports[0][0], reports[0][1])
         self._previous = (step, at)
