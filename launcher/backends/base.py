@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ..errors import JobFailedError, UnknownJobError, UsageError
 from ..rundir import RunDirectory
+from ..slurm.index import jobs_index
 from ..states import JobState, StatusRecord
 
 FIRST_POLL, MAX_POLL, BACKOFF = 0.5, 10.0, 1.5
@@ -55,8 +56,15 @@ class Job(ABC):
         from ..goodput import goodput
 
         if self.run is None:
-            raise ValueError(f"job {self.id} has no run directory")
+            raise UsageError(self.no_run_dir_message())
         return goodput(self.run.path)
+
+    def no_run_dir_message(self) -> str:
+        """Why a job without a run directory has no records to read (a Slurm job that jaxlaunch did
+        not submit from this account), and the fix."""
+        return (f"job {self.id} has no run directory that jaxlaunch knows: it was not submitted by jaxlaunch "
+                f"from this account (index: {jobs_index()}).\n  fix: name its run directory (RUN_DIR) instead "
+                f"of the id, if it has one.")
 
     def metrics(self, as_frame: bool = False):
         """Every report of rank 0: [{'step', 'time', **metrics}], oldest first (over restarts); with
@@ -157,7 +165,7 @@ class Job(ABC):
 
     def follow_logs(self, rank: int | None, write, poll_seconds: float = 0.5) -> None:
         """Print the log as it grows until the job has ended and the file stops growing."""
-        raise UsageError(f"job {self.id}: -f follows Slurm jobs; a local run streams to the terminal that started it")
+        raise UsageError(f"job {self.id}: its {self.backend} backend cannot follow logs (-f)")
 
     @abstractmethod
     def cancel(self) -> None:

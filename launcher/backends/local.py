@@ -51,6 +51,31 @@ def _supervisor_alive(status) -> bool | None:
     return _start_ticks(pid) == ticks
 
 
+class _Tail:
+    """The part of a growing file not printed yet (`logs -f`)."""
+
+    def __init__(self, path: Path):
+        self.path, self.offset, self.inode, self.partial = path, 0, None, b""
+
+    def new_lines(self, final: bool = False) -> str:
+        """The complete lines added since the last call ("" if none); with `final`, the unfinished
+        last line too (nothing will complete it)."""
+        try:
+            with open(self.path, "rb") as handle:
+                stat = os.fstat(handle.fileno())
+                if stat.st_ino != self.inode or stat.st_size < self.offset:  # a new file in its place
+                    self.inode, self.offset, self.partial = stat.st_ino, 0, b""
+                handle.seek(self.offset)
+                data = handle.read()
+        except OSError:
+            data = b""
+        self.offset += len(data)
+        data = self.partial + data
+        cut = len(data) if final else data.rfind(b"\n") + 1
+        self.partial = data[cut:]
+        return data[:cut].decode(errors="replace")
+
+
 class LocalJob(Job):
     backend = "local"
 
@@ -110,6 +135,38 @@ class LocalJob(Job):
             text = self.run.rank_log(number).read_text(errors="replace")
             parts += [f"[rank {number}] {line}\n" for line in text.splitlines()]
         return "".join(parts)
+
+    def follow_logs(self, rank: int | None, write, poll_seconds: float = 0.5) -> None:
+        """`jaxlaunch logs RUN_DIR -f`: print what `logs` prints (rank `rank`'s log; a background
+        run's output.log; else every rank's lines prefixed `[rank N]`), then each new line as it
+        comes, until the run has ended and no file grows. Whole lines only, so two ranks' lines
+        never mix; a log that a restart moved away (logs/attempt-K/) is followed from its new start."""
+        if rank is not None:
+            self.rank_log(rank)  # a rank the job does not have is a UsageError now, not an empty wait
+        tails: dict[Path, _Tail] = {}
+        while True:
+            ended = self.done()  # asked before reading: what was written before the end is read below
+            grew = False
+            for number, path in self._followed_logs(rank):
+                text = tails.setdefault(path, _Tail(path)).new_lines(final=ended)
+                if text:
+                    grew = True
+                    write(text if number is None else "".join(f"[rank {number}] {line}\n"
+                                                              for line in text.splitlines()))
+            if ended and not grew:
+                return
+            if not ended:
+                time.sleep(poll_seconds)
+
+    def _followed_logs(self, rank: int | None) -> list[tuple[int | None, Path]]:
+        """(rank to prefix, or None; path) of the files `follow_logs` prints."""
+        if rank is not None:
+            return [(None, self.run.rank_log(rank))]
+        output = self.run.path / OUTPUT_LOG
+        if output.exists():
+            return [(None, output)]
+        ranks = sorted(int(p.stem.split("-")[1]) for p in self.run.logs.glob("rank-*.log"))
+        return [(number, self.run.rank_log(number)) for number in ranks]
 
     def cancel(self) -> None:
         """SIGTERM to the job's supervisor: it stops the ranks (stack dumps in the logs) and records
