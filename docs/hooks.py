@@ -60,6 +60,12 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
+def _code_cell(text: str) -> str:
+    """A table cell in backticks. Python-Markdown's tables never split a cell at a `|` inside a code
+    span, and keep a backslash there as written: `str \\| None` would show its backslash."""
+    return f"`{text.replace(chr(10), ' ')}`"
+
+
 def spec_reference() -> str:
     from launcher.spec.model import SPEC_KEYS
 
@@ -91,7 +97,7 @@ def status_reference() -> str:
     rows = ["| field | type | meaning |", "|---|---|---|"]
     for node in record.body:
         if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-            rows.append(f"| `{node.target.id}` | `{_cell(ast.unparse(node.annotation))}` | "
+            rows.append(f"| `{node.target.id}` | {_code_cell(ast.unparse(node.annotation))} | "
                         f"{_cell(comments.get(node.lineno, ''))} |")
     return "\n".join(rows)
 
@@ -124,7 +130,75 @@ def docstring(dotted: str) -> str:
             attr = f"{tail}.{attr}" if attr else tail
     for part in filter(None, attr.split(".")):
         target = getattr(target, part)
-    return inspect.getdoc(target) or ""
+    return docstring_markdown(inspect.getdoc(target) or "")
+
+
+PATH_LIKE = re.compile(r"[\w.*{}-]+(/[\w.*{}-]*)*")
+
+
+def _entry(line: str) -> tuple[str, str] | None:
+    """(name, description) of a line of a docstring's layout: a path (`logs/rank-N.log  everything
+    rank N printed`) or a JSON object (`{"__tuple__": [...]}  a tuple`) and what it is; else None."""
+    line = line.strip()
+    if line.startswith("{"):
+        depth = 0
+        for end, char in enumerate(line):
+            depth += {"{": 1, "}": -1}.get(char, 0)
+            if depth == 0:
+                break
+        name, description = line[:end + 1], line[end + 1:]
+    else:
+        name, _, description = line.partition(" ")
+        if not PATH_LIKE.fullmatch(name) or not ("." in name or name.endswith("/")):
+            return None
+    return (name, description.strip()) if description.strip() else None
+
+
+def _layout_table(block: list[str]) -> list[str] | None:
+    """A docstring's layout (each line a path or a JSON object, then what it is, a longer
+    description going on in lines indented further) as a table, which wraps descriptions to the page
+    instead of running off its right edge; None for any other indented block (a tree, code)."""
+    base = min(len(line) - len(line.lstrip()) for line in block)
+    rows = []
+    for line in block:
+        if len(line) - len(line.lstrip()) > base and rows:
+            rows[-1][1] += " " + line.strip()
+            continue
+        entry = _entry(line)
+        if entry is None:
+            return None
+        rows.append(list(entry))
+    if len(rows) < 2:
+        return None
+    head = "in the file" if rows[0][0].startswith("{") else "path"
+    return [f"| {head} | what it holds |", "|---|---|",
+            *(f"| {_code_cell(name)} | {_cell(text)} |" for name, text in rows)]
+
+
+def docstring_markdown(text: str) -> str:
+    """A docstring as Markdown. An indented block is a code block, except a file layout, which
+    becomes a table; a block right under a line ending in a colon (`Layout:` then `    spec.json
+    ...`), which Markdown would run into that line's paragraph, gets the blank line it needs."""
+    lines, out, i = text.splitlines(), [], 0
+    while i < len(lines):
+        if not lines[i].startswith("    "):
+            out.append(lines[i])
+            i += 1
+            continue
+        end = i
+        while end < len(lines) and lines[end].startswith("    "):
+            end += 1
+        block = lines[i:end]
+        if out and out[-1].strip():
+            if not out[-1].endswith(":"):  # a paragraph's own indented line, not a block
+                out += block
+                i = end
+                continue
+            out.append("")
+        table = _layout_table(block)
+        out += table + [""] if table else block
+        i = end
+    return "\n".join(out)
 
 
 GENERATORS = {"spec": spec_reference, "status": status_reference, "events": events_reference}
@@ -136,6 +210,18 @@ def on_page_markdown(markdown, page, config, files):
         return GENERATORS[name]() if kind == "generated" else docstring(name)
 
     return MARKER.sub(replace, markdown)
+
+
+# mkdocs-click writes an option's default as `str(option.default)`. Under Click 8.3+ an option declared
+# without a default holds Click's UNSET sentinel, shown as `Sentinel.UNSET`; None is shown as "None".
+# Either means the option has no default: the cell is left empty, as `jaxlaunch CMD --help` shows it.
+NO_DEFAULT_CELL = re.compile(r"<td>(?:<code>Sentinel\.UNSET</code>|None)</td>")
+
+
+def on_page_content(html, page, config, files):
+    if "::: mkdocs-click" in page.markdown:
+        html = NO_DEFAULT_CELL.sub("<td></td>", html)
+    return html
 
 
 def on_files(files, config):
