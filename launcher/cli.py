@@ -96,7 +96,7 @@ def run(spec, overrides, sweeps, max_parallel, run_dir, dry_run, resume_dir):
         sys.exit(local.resume(resume_dir, echo=_progress, print_result=click.echo).exit_code())
     job = _job_or_sweep(spec, overrides, sweeps, max_parallel)
     if dry_run:
-        click.echo(local.preview(job, run_dir), nl=False)
+        click.echo(local.preview(job, run_dir), nl=False, color=True)
     elif _is_sweep(job):
         directory, code = local.start_sweep(job, run_dir, max_parallel, echo=_progress)
         _print_results_table(directory.path)
@@ -161,7 +161,9 @@ def render(spec, overrides, target, run_dir):
     from .spec import load_spec
 
     backend = get_backend("slurm" if target == "slurm" else "local")
-    click.echo(backend.preview(load_spec(spec, overrides), run_dir), nl=False)
+    # color=True: click would strip escape sequences when stdout is not a terminal, and the
+    # script shown must be byte for byte the one submit writes.
+    click.echo(backend.preview(load_spec(spec, overrides), run_dir), nl=False, color=True)
 
 
 @main.command()
@@ -181,7 +183,7 @@ def submit(spec, overrides, sweeps, max_parallel, run_dir, dry_run, wait, parsab
 
     slurm, job = SlurmBackend(), _job_or_sweep(spec, overrides, sweeps, max_parallel)
     if dry_run:
-        click.echo(slurm.preview(job, run_dir, max_parallel), nl=False)
+        click.echo(slurm.preview(job, run_dir, max_parallel), nl=False, color=True)
     elif _is_sweep(job):
         _submit_sweep(slurm, job, max_parallel, run_dir, wait, parsable, no_check)
     else:

@@ -301,3 +301,17 @@ def test_the_slow_rank_is_named_and_nobody_without_one(slurm_env, tmp_path, laun
     assert "slow rank: rank 1 (node2) arrived last at " in shown["slow"]
     assert "jaxlaunch: slow rank: rank 1 (node2) arrived last at " in shown["slow output"]
     assert "slow rank" not in shown["even"] and "slow rank" not in shown["even output"]
+
+
+def test_a_percent_in_the_run_directory_reaches_slurm_as_itself(slurm_env, tmp_path):
+    """Slurm expands %u, %j... in --output: the log of a run directory named `50%u` went to `50root`
+    (issue 30). Doubled, it lands in the run directory, where `jaxlaunch logs` reads it."""
+    run_dir = tmp_path / "50%u_run"
+    job_id = run_ok("submit", JOBS / "normalize.yaml", "--parsable", "--run-dir", run_dir, env=slurm_env).stdout.strip()
+    deadline = time.monotonic() + 120
+    while json.loads((run_dir / "status.json").read_text())["state"] not in ("COMPLETED", "FAILED"):
+        assert time.monotonic() < deadline, "the job did not end"
+        time.sleep(0.5)
+    assert (run_dir / f"slurm-{job_id}.out").exists()
+    assert not list(tmp_path.glob("50root*"))
+    assert "values" in run_ok("logs", job_id, env=slurm_env).stdout

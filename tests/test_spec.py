@@ -397,7 +397,7 @@ def test_slurm_extra_directives_and_requeue_line(tmp_path):
     spec = JobSpec.from_dict({"name": "x", "entrypoint": "m:f", "slurm": {"extra": ["--mem=8G", "-C gpu"]}})
     assert spec.slurm.extra == ["--mem=8G", "-C gpu"]
     # --no-kill: a node failure ends the step, not the job, so the supervisor can leave the node behind
-    assert sbatch_directives(spec, tmp_path, tmp_path)[-4:] == ["--requeue", "--no-kill", "--mem=8G", '"-C gpu"']
+    assert sbatch_directives(spec, tmp_path, tmp_path)[-4:] == ["--requeue", "--no-kill", "--mem=8G", "-C gpu"]
     spec = JobSpec.from_dict({"name": "x", "entrypoint": "m:f", "slurm": {"max_requeues": 0}})
     assert sbatch_directives(spec, tmp_path, tmp_path)[-1] == "--no-requeue"
     assert "--no-kill" not in sbatch_directives(spec, tmp_path, tmp_path)

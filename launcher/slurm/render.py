@@ -1,8 +1,10 @@
 """Pure rendering: JobSpec in, batch script text out. No I/O but reading the packaged template.
 
 Every value from the spec reaches the script through `quote_sbatch` (on #SBATCH lines) or
-`shlex.quote` (in shell lines); spec validation has already refused newlines, CR and NUL, which
-are the only characters that could end a `#SBATCH` comment line and start a command.
+`shlex.quote` (in shell lines). Newlines, CR and NUL are the only characters that could end a
+`#SBATCH` comment line and start a command: spec validation refuses them in the spec's values, and
+`quote_sbatch` refuses them in what does not come from the spec (the run directory, the working
+directory). A `%` in a path is doubled where Slurm would expand it (--output, --error).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pathlib import Path
 import jinja2
 
 from .. import __version__, container
+from ..errors import UsageError
 from ..launch import RANK_ENV_DEFAULTS, mpirun_flags, rank_command
 from ..runtime.environment import ATTEMPT_ENV, CONTROL_ENV, CONTROL_TOKEN_ENV, RUN_DIR_ENV
 from ..spec import JobSpec, format_slurm_time
@@ -50,9 +53,19 @@ def quote_sbatch(value) -> str:
     a double-quoted string whole and drops the quotes, so quote whenever there is anything but
     plain characters."""
     text = str(value)
+    if any(c in text for c in "\n\r\0"):
+        raise UsageError(f"{text!r} cannot go on an #SBATCH line: it holds a line break or NUL (which would "
+                         f"end the line and start a command in the batch script).\n"
+                         f"  fix: use a run directory (and working directory) without line breaks")
     if text and all(c.isalnum() or c in "-_.,:/=@%+" for c in text):
         return text
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def slurm_filename(path: Path) -> str:
+    """An --output path: the folder's `%` doubled (Slurm would read `%j`, `%u`... in it as
+    replacement symbols), the file name's patterns (slurm-%j.out) kept."""
+    return str(Path(str(path.parent).replace("%", "%%")) / path.name)
 
 
 def sbatch_directives(spec: JobSpec, run_dir: Path, workdir: Path, output: Path | None = None) -> list[str]:
@@ -68,8 +81,8 @@ def sbatch_directives(spec: JobSpec, run_dir: Path, workdir: Path, output: Path 
         ("account", slurm.account),
         ("qos", slurm.qos),
         ("chdir", workdir),
-        ("output", output or run_dir / "slurm-%j.out"),
-        ("error", output or run_dir / "slurm-%j.out"),  # one combined stream, as `jaxlaunch logs` shows it
+        ("output", slurm_filename(output or run_dir / "slurm-%j.out")),
+        ("error", slurm_filename(output or run_dir / "slurm-%j.out")),  # one stream, as `jaxlaunch logs` shows it
         # A requeued job runs the script again: keep the earlier allocations' output.
         ("open-mode", "append"),
         # B: the batch shell is the supervisor (exec), which tells every rank; USR1 is NCCL's.
@@ -86,9 +99,13 @@ def sbatch_directives(spec: JobSpec, run_dir: Path, workdir: Path, output: Path 
         # A node failure ends the job step, not the job: the supervisor then requeues it without
         # that node (launcher/supervisor/nodes.py), where Slurm would requeue it anywhere.
         lines.append("--no-kill")
-    for extra in slurm.extra:
-        key, sep, value = extra.partition("=")
-        lines.append(f"{key}={quote_sbatch(value)}" if sep else quote_sbatch(key))
+    for extra in slurm.extra:  # one option each (spec check): its value quoted whole
+        if extra.startswith("--"):
+            key, sep, value = extra.partition("=")
+            lines.append(f"{key}={quote_sbatch(value)}" if sep else key)
+        else:  # -C gpu, -Cgpu
+            key, value = extra[:2], extra[2:].strip()
+            lines.append(f"{key} {quote_sbatch(value)}" if value else key)
     return lines
 
 

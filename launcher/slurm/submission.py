@@ -28,16 +28,27 @@ def render_for_submission(spec: JobSpec, run_dir: Path) -> str:
     return text
 
 
-def _bash_syntax_error(text: str) -> str | None:
-    """bash's complaint about `text` (bash -n: parse, run nothing), None if it parses."""
+def _bash_syntax_error(text: str, warnings: bool = False) -> str | None:
+    """bash's complaint about `text` (bash -n: parse, run nothing), None if it parses. With
+    `warnings`, a warning counts too (bash only warns of a here-document left open)."""
     done = subprocess.run(["bash", "-n"], input=text, capture_output=True, text=True, timeout=30)
-    return None if done.returncode == 0 else (done.stderr.strip() or f"bash -n exited {done.returncode}")
+    if done.returncode == 0 and not (warnings and done.stderr.strip()):
+        return None
+    return done.stderr.strip() or f"bash -n exited {done.returncode}"
 
 
 def check_bash_syntax(spec: JobSpec, text: str) -> None:
     """A `setup:` line bash cannot parse would fail only after the queue wait: refuse it now,
-    naming the line. (Every other part of the script is quoted by the renderer.)"""
-    error = _bash_syntax_error(text)
+    naming the line. (Every other part of the script is quoted by the renderer.) The setup lines
+    must also end where they end: a here-document or quote they leave open would swallow the
+    launch line (`cat <<EOF`: the job never starts), though the whole script parses."""
+    setup = "".join(line + "\n" for line in spec.setup)
+    open_end = _bash_syntax_error(setup, warnings=True) if setup else None
+    if open_end is not None and "here-document" in open_end:
+        raise SpecError(f"setup: a here-document is not closed within the setup lines ({open_end.splitlines()[-1]}); "
+                        f"it would swallow the launch line and the job would never start\n"
+                        f"  fix: end it with its delimiter on a setup line of its own; nothing was submitted")
+    error = _bash_syntax_error(text) or open_end
     if error is None:
         return
     for number, line in enumerate(spec.setup):

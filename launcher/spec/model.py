@@ -104,6 +104,18 @@ def _options_of(program: str, example: str):
     return check
 
 
+def _single_sbatch_options(values: list) -> None:
+    """Each entry is ONE option: sbatch splits an #SBATCH line on blanks outside quotes, so
+    '--hold --begin=now+1hour' in one entry would be two. The value (after '=', or after a short
+    option's letter) is quoted whole by the renderer."""
+    for value in values:
+        if value.startswith("--") and not re.fullmatch(r"--[A-Za-z][A-Za-z0-9-]*", value.partition("=")[0]):
+            raise ValueError(f"{value!r} is not one sbatch option; write one option per entry, like '--mem=8G' "
+                             f"or '-C gpu' (a value after '=' may hold spaces)")
+        if not value.startswith("--") and not re.fullmatch(r"-[A-Za-z]( .*|\S*)", value):
+            raise ValueError(f"{value!r} is not one sbatch option; write one option per entry, like '-C gpu'")
+
+
 def _mounts_are_absolute(values: list) -> None:
     for value in values:
         parts = value.split(":")
@@ -145,7 +157,7 @@ class SlurmSpec(Record):
         DURATION, "how long before the time limit Slurm warns the job (sbatch --signal=B:USR2@...), so it can "
                   "checkpoint and requeue: seconds, '2m', ...", 90)
     extra: list[str] = field(STRINGS, "extra #SBATCH directives, each like '--mem=8G'", factory=list,
-                             checks=(_options_of("an sbatch", "--mem=8G"),))
+                             checks=(_options_of("an sbatch", "--mem=8G"), _single_sbatch_options))
     health_check: str | None = field(
         Optional(Text()), "a shell command run once on every node before the ranks start; a node where it fails "
                           "is excluded and the job requeued (counts against max_requeues)", None)
