@@ -277,15 +277,13 @@ def plot(job_id, metric, x_axis, out_path):
     """A PNG of a metric the job reported with ctx.report (needs matplotlib: pip install -e '.[bench]')."""
     from pathlib import Path
 
-    from .backends import find_job
     from .errors import UsageError
+    from .job_tables import find_known_job
     from .progress import plot_metric
 
     if importlib.util.find_spec("matplotlib") is None:
         raise UsageError("jaxlaunch plot needs matplotlib: pip install -e '.[bench]'")
-    job = find_job(job_id)
-    if job.run_dir is None:
-        raise UsageError(f"job {job_id} has no run directory")
+    job = find_known_job(job_id, needs_run_dir=True)
     path = Path(out_path) if out_path else job.run_dir / f"{metric}.png"
     try:
         points = plot_metric(job.run_dir, metric, path, x_axis)
@@ -304,10 +302,10 @@ def plot(job_id, metric, x_axis, out_path):
 def watch(job_id, interval):
     """A live view of a job until it ends: state, progress bar, rate and ETA, the latest metrics with
     their history, each rank's step time and the slow rank. Exits with the job's exit code."""
-    from .backends import find_job
+    from .job_tables import find_known_job
     from .watch import watch as live_view
 
-    job = find_job(job_id)
+    job = find_known_job(job_id)
     try:
         live_view(job, interval)
     except KeyboardInterrupt:
@@ -328,8 +326,8 @@ def goodput(job_id, plot_path):
 
     from tabulate import tabulate
 
-    from .backends import find_job
     from .errors import UsageError
+    from .job_tables import find_known_job
 
     if plot_path and importlib.util.find_spec("matplotlib") is None:  # checked before the work, not after
         raise UsageError("--plot needs matplotlib: pip install -e '.[bench]'")
@@ -338,7 +336,7 @@ def goodput(job_id, plot_path):
 
         result, name = sweep_goodput(job_id), Path(job_id).name
     else:
-        job = find_job(job_id)
+        job = find_known_job(job_id, needs_run_dir=True)
         result, name = job.goodput(), job.id
     click.echo(tabulate(result.rows(), headers=["", "SECONDS", "SHARE"]))
     click.echo(f"goodput: {100 * result.goodput:.1f}% of the wall time was productive steps")
@@ -356,10 +354,10 @@ def goodput(job_id, plot_path):
 @_user_errors
 def logs(job_id, rank, follow):
     """Print a job's output: a Slurm job's, or a run directory's."""
-    from .backends import find_job
     from .errors import UsageError
+    from .job_tables import find_known_job
 
-    job = find_job(job_id)
+    job = find_known_job(job_id, needs_run_dir=True)
     if job.backend == "slurm" and not follow and not job.log_path(rank).exists():
         raise UsageError(f"no log yet at {job.log_path(rank)}"
                          + ("" if rank is None else f" (does rank {rank} exist?)"))

@@ -1,5 +1,6 @@
 """What `jaxlaunch status` prints: tables of jobs, sweeps and recent local runs, built from the
-backends' handles (the presentation only; every state comes from a handle)."""
+backends' handles (the presentation only; every state comes from a handle); and `find_known_job`,
+the one way every command that takes a job id finds it, so a wrong id gets the same answer in each."""
 
 from __future__ import annotations
 
@@ -10,10 +11,10 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from .backends import is_job_id
+from .backends import find_job, is_job_id
 from .backends.local import LocalBackend, LocalJob
 from .backends.slurm import SlurmBackend, SlurmJob, sweep_dir_of
-from .errors import UsageError
+from .errors import SchedulerError, UsageError
 from .slurm.index import jobs_index
 from .states import JobState
 
@@ -45,11 +46,12 @@ def local_run_row(job: LocalJob) -> list[str]:
 
 def progress_lines(job, name: str, verbose: bool, echo) -> None:
     """'job 12 step 420/1000 (42%), 12.3 steps/s, ETA 47 s; loss=0.123' (and, verbose, each rank's
-    step time) for a job that reports progress (ctx.report)."""
+    step time) for a job that reports progress (ctx.report); for one that has ended, the steps it
+    did ('job 12 1000/1000 steps (100%), ...')."""
     progress = job.progress()
     if progress is None:
         return
-    echo(f"{name} {progress.line()}")
+    echo(f"{name} {progress.line(ended=job.state().final)}")
     if progress.slow_line():
         echo(f"{name} {progress.slow_line()}")
     if verbose:
@@ -84,12 +86,35 @@ def unknown_jobs_error(job_ids: list[str]) -> UsageError:
                       f"  fix: check the id{plural} with `squeue --me` or `jaxlaunch status`.")
 
 
+def find_known_job(job_id_or_run_dir, needs_run_dir: bool = False):
+    """The handle on the job a command names (a job id or a run directory). UsageError (exit 2,
+    with the fix) for an id that neither Slurm nor jaxlaunch's index knows, and, with
+    `needs_run_dir`, for a Slurm job jaxlaunch did not submit (logs, goodput and plot read the run
+    directory). Slurm is asked only about an id the index does not know."""
+    job = find_job(job_id_or_run_dir)
+    if isinstance(job, SlurmJob) and job.run is None:
+        if job.info() is None:
+            raise unknown_jobs_error([job.id])
+        if needs_run_dir:
+            raise UsageError(job.no_run_dir_message())
+    return job
+
+
+def slurm_not_asked_line(job_ids: list[str], error: SchedulerError) -> str:
+    """One line for `jaxlaunch status` when Slurm could not be asked about the jobs jaxlaunch
+    submitted: why, and the fix when there is one."""
+    said = [line.strip() for line in error.stderr.splitlines() if line.strip()]
+    why = getattr(error, "why", "") or (said[-1] if said else f"{error.argv[0]} exited {error.returncode}")
+    plural = "s" if len(job_ids) > 1 else ""
+    line = f"Slurm could not be asked about the {len(job_ids)} job{plural} jaxlaunch submitted: {why}"
+    fix = getattr(error, "fix", None)
+    return line + (f"; fix: {fix}" if fix else "")
+
+
 def print_status(job_ids: list[str], verbose: bool, echo) -> None:
     """`jaxlaunch status [IDS]`: the jobs asked about (default: those jaxlaunch submitted, and the
-    recent local runs), a count of task states per sweep, the root cause of those that failed."""
-    from .sweeps.status import summary_line, task_states
-    from .sweeps.directory import SweepDirectory
-
+    recent local runs), a count of task states per sweep, the root cause of those that failed.
+    Without ids, Slurm's part is one line when Slurm cannot be asked (the local runs still show)."""
     slurm = SlurmBackend()
     run_dirs = [i for i in job_ids if not is_job_id(i) and not (Path(i) / "sweep.json").is_file()]
     job_ids = [i for i in job_ids if i not in run_dirs]
@@ -123,6 +148,20 @@ def print_status(job_ids: list[str], verbose: bool, echo) -> None:
         elif not ids:
             echo("no jobs submitted with jaxlaunch yet, and no local runs in runs/")
             return
+    if job_ids or run_dirs:
+        _print_slurm_jobs(ids, job_ids, verbose, echo)
+        return
+    try:  # the default listing: the local runs above stand even when Slurm cannot be asked
+        _print_slurm_jobs(ids, job_ids, verbose, echo)
+    except SchedulerError as error:
+        echo(slurm_not_asked_line(ids, error))
+
+
+def _print_slurm_jobs(ids: list[str], job_ids: list[str], verbose: bool, echo) -> None:
+    """The sweeps and Slurm jobs of `status`; `job_ids`: those the user named (explained in full)."""
+    from .sweeps.status import summary_line, task_states
+    from .sweeps.directory import SweepDirectory
+
     sweeps = [SweepDirectory(i) if not is_job_id(i) else sweep_dir_of(i) for i in ids]
     for path in dict.fromkeys(d.path for d in sweeps if d is not None):
         directory = SweepDirectory(path)
@@ -132,7 +171,7 @@ def print_status(job_ids: list[str], verbose: bool, echo) -> None:
             keys = directory.read()["keys"]
             echo(tabulate([[t.folder, t.job_id, t.state, t.elapsed, *(t.values.get(k) for k in keys)]
                            for t in states], headers=["TASK", "JOBID", "STATE", "ELAPSED", *keys]))
-    jobs = slurm.find_many([i for i, d in zip(ids, sweeps) if d is None])
+    jobs = SlurmBackend().find_many([i for i, d in zip(ids, sweeps) if d is None])
     if not jobs:
         return
     rows, unknown = slurm_job_rows(jobs)
@@ -168,4 +207,4 @@ def wait_for(job, echo) -> JobState:
     return state
 
 
-__all__ = ["print_status", "wait_for", "local_run_row", "slurm_job_rows", "unknown_jobs_error"]
+__all__ = ["print_status", "wait_for", "find_known_job", "local_run_row", "slurm_job_rows", "unknown_jobs_error"]

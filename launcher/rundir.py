@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -136,13 +137,17 @@ class RunDirectory:
     def create(cls, spec: JobSpec, path: str | Path | None = None) -> "RunDirectory":
         """Make the run directory: the given path, the spec's run_dir, or runs/{name}-{time}.
 
-        An existing directory is accepted only if empty, so no run overwrites another's results.
+        An existing directory is accepted only if empty, so no run overwrites another's results,
+        or if sbatch refused its job (SUBMIT_FAILED: nothing ran there), so the same command can be
+        tried again: what jaxlaunch wrote there is written anew, other files are left alone.
         Call it last, once everything that can fail has been checked: it leaves a folder behind.
         """
         spec.to_json()  # fails (unserialisable) before anything exists on disk
         target = cls.expand(cls.template(spec, path), spec, time.strftime("%Y%m%d-%H%M%S"))
         try:
-            if target.exists() and any(target.iterdir()):
+            if target.exists() and any(target.iterdir()) and cls(target)._submit_failed():
+                cls(target)._clear_failed_submission()  # nothing ran there: the same command again
+            elif target.exists() and any(target.iterdir()):
                 if path is None and spec.run_dir is None:
                     target = Path(tempfile.mkdtemp(prefix=target.name + "-", dir=target.parent))
                 else:
@@ -161,6 +166,22 @@ class RunDirectory:
         except OSError as exc:
             raise UsageError(f"cannot create the run directory {target}: {exc.strerror or exc}") from None
         return run
+
+    def _submit_failed(self) -> bool:
+        try:
+            return self.read_status().get("state") == "SUBMIT_FAILED"
+        except (OSError, ValueError):
+            return False
+
+    def _clear_failed_submission(self) -> None:
+        """Remove what jaxlaunch wrote for a submission sbatch refused and `create` would not write
+        again itself: its status.json (else the retry would inherit the error), git.diff and the
+        code/ snapshot (copies: the job's own files are elsewhere). The rest is overwritten."""
+        from .provenance import CODE_FOLDER, DIFF_FILE
+
+        for name in ("status.json", DIFF_FILE):
+            (self.path / name).unlink(missing_ok=True)
+        shutil.rmtree(self.path / CODE_FOLDER, ignore_errors=True)
 
     def write_files(self, files: dict[str, bytes] | None) -> None:
         """Write `files` ({relative path: bytes}) into the run directory, each atomically (a

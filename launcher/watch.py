@@ -36,10 +36,10 @@ def render(job, state, progress, history: list[dict]):
         return Group(*parts)
     if progress.total:
         bar = Table.grid(padding=(0, 1))
-        bar.add_row(ProgressBar(total=progress.total, completed=progress.step + 1, width=50),
-                    Text(f"{progress.step + 1}/{progress.total}"))
+        bar.add_row(ProgressBar(total=progress.total, completed=progress.steps_done(), width=50),
+                    Text(f"{progress.steps_done()}/{progress.total}"))
         parts.append(bar)
-    parts.append(Text(progress.line()))
+    parts.append(Text(progress.line(ended=state.final)))
     metrics = Table(box=None, show_header=True, header_style="bold", padding=(0, 2))
     metrics.add_column("metric")
     metrics.add_column("latest", justify="right")
@@ -60,11 +60,14 @@ def render(job, state, progress, history: list[dict]):
 
 
 def watch(job, interval: float = 2.0, console=None) -> object:
-    """Redraw until the job ends; its final state."""
+    """Redraw until the job ends; its final state. UnknownJobError once the job's backend no
+    longer knows it (Slurm forgot it before its end was seen): it would never end."""
     from rich.console import Console
     from rich.live import Live
 
+    from .errors import UnknownJobError
     from .progress import metrics
+    from .states import JobState
 
     def history():
         return [] if job.run_dir is None else metrics(job.run_dir, tail_bytes=64_000)
@@ -74,6 +77,8 @@ def watch(job, interval: float = 2.0, console=None) -> object:
     with Live(render(job, state, job.progress(), history()), console=console, auto_refresh=False,
               transient=False) as live:
         while not state.final:
+            if state == JobState.UNKNOWN:
+                raise UnknownJobError(job.unknown_message())
             time.sleep(interval)
             state = job.state()
             live.update(render(job, state, job.progress(), history()), refresh=True)

@@ -83,7 +83,7 @@ def test_logs_rank_inside_the_job(slurm):
 
 def test_logs_of_an_unknown_job_is_exit_2(slurm):
     result = invoke("logs", "99999")
-    assert result.exit_code == 2 and result.output.startswith("Error: no run directory known for job 99999")
+    assert result.exit_code == 2 and result.output.startswith("Error: no job 99999 known to Slurm or to jaxlaunch")
 
 
 def test_submit_wait_for_a_job_slurm_does_not_know_is_exit_2(slurm, monkeypatch, write_spec, tmp_path):

@@ -1,0 +1,75 @@
+"""Every command that takes a job id treats a wrong one the same way: exit 2, one message with the
+fix, no traceback, and at once (`watch` once waited forever on an id nobody knows). Slurm is
+stubbed: it knows job 77 only; jaxlaunch's index knows 77."""
+
+import json
+import threading
+
+import pytest
+from click.testing import CliRunner
+
+from launcher.cli import main
+from launcher.rundir import RunDirectory
+from launcher.slurm import index, scheduler
+from launcher.spec import JobSpec
+
+RUNNING = scheduler.JobInfo("77", "RUNNING", "RUNNING", False, "0:05", "1", "squeue")
+NOT_SUBMITTED_BY_US = scheduler.JobInfo("55", "RUNNING", "RUNNING", False, "0:05", "1", "squeue")
+
+
+@pytest.fixture
+def slurm(monkeypatch, tmp_path):
+    monkeypatch.setenv(index.HOME_ENV, str(tmp_path / "home"))
+    known = {"77": RUNNING, "55": NOT_SUBMITTED_BY_US}
+    monkeypatch.setattr(scheduler, "query_jobs", lambda job_ids: {j: known[j] for j in job_ids if j in known})
+    monkeypatch.setattr(scheduler, "cancel", lambda job_id: None)
+
+    def no_scontrol(argv, **kwargs):
+        raise scheduler.SchedulerError(argv, 1, "", "slurm_load_jobs error: Invalid job id specified")
+    monkeypatch.setattr(scheduler, "call_slurm", no_scontrol)
+    run = RunDirectory.create(JobSpec(name="x", entrypoint="m:f"), tmp_path / "run77")
+    run.update_status(state="RUNNING", backend="slurm", job_id="77")
+    index.record_job("77", run.path)
+
+
+def invoke_within(args, seconds=20):
+    """The CLI's answer, or None if it had not answered after `seconds`."""
+    answer = []
+    thread = threading.Thread(target=lambda: answer.append(CliRunner().invoke(main, args)), daemon=True)
+    thread.start()
+    thread.join(seconds)
+    return answer[0] if answer else None
+
+
+ID_COMMANDS = [["watch", "ID", "--interval", "0.2"], ["goodput", "ID"], ["plot", "ID", "loss"], ["logs", "ID"],
+               ["logs", "ID", "-f"], ["status", "ID"], ["cancel", "ID"]]
+
+
+@pytest.mark.parametrize("command", ID_COMMANDS, ids=lambda c: " ".join(c))
+def test_an_id_nobody_knows_is_exit_2_with_the_fix(slurm, command):
+    result = invoke_within([a.replace("ID", "99999") for a in command])
+    assert result is not None, "no answer: it waits for a job that does not exist"
+    assert result.exit_code == 2, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    assert result.output.startswith("Error: ") and "99999" in result.output.splitlines()[0], result.output
+    assert result.output.count("fix: ") == 1 and "`squeue --me`" in result.output, result.output
+    assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("command", [["goodput", "ID"], ["plot", "ID", "loss"], ["logs", "ID"]],
+                         ids=lambda c: " ".join(c))
+def test_a_slurm_job_jaxlaunch_did_not_submit_has_no_records_to_read(slurm, command):
+    result = invoke_within([a.replace("ID", "55") for a in command])
+    assert result is not None and result.exit_code == 2, result and result.output
+    assert result.output.startswith("Error: job 55 has no run directory that jaxlaunch knows"), result.output
+    assert result.output.count("fix: ") == 1 and "RUN_DIR" in result.output
+
+
+def test_the_known_job_still_answers(slurm, tmp_path):
+    result = invoke_within(["goodput", "77"])
+    assert result.exit_code == 0, result.output
+    assert "goodput:" in result.output
+    (tmp_path / "run77" / "status.json").write_text(json.dumps({"state": "COMPLETED", "backend": "slurm",
+                                                                  "job_id": "77", "exit_code": 0}))
+    result = invoke_within(["watch", "77", "--interval", "0.2"])
+    assert result.exit_code == 0 and "COMPLETED" in result.output
