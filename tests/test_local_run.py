@@ -126,7 +126,9 @@ def test_a_benchmark_without_matplotlib_says_so_first_and_keeps_its_table(tmp_pa
     log = (run_dir / "logs" / "rank-0.log").read_text()
     assert "matplotlib is not installed" in log and log.index("matplotlib is not installed") < log.index("8 B:")
     assert (run_dir / "bench.json").exists() and not (run_dir / "bench.png").exists()
-    assert "| 8 B |" in result.stdout
+    assert "| 8 B |" in json.loads((run_dir / "result.json").read_text())["table"]
+    # stdout: a result this large (5 KB) as a one-line summary that names result.json
+    assert "see result.json" in json.loads(result.stdout)["table"]
 
 
 @pytest.mark.parametrize("nodes, processes_per_node, devices_per_process", [(1, 1, 2), (2, 1, 1), (2, 1, 2)])

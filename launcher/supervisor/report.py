@@ -1,5 +1,6 @@
 """What the supervisor shows people: the rank output it passes through, the lines printed when a
-job ends (`jaxlaunch run` and the batch job's log alike) and the result on stdout."""
+job ends (`jaxlaunch run` and the batch job's log alike) and the result on stdout (a summary line,
+when result.json is large)."""
 
 from __future__ import annotations
 
@@ -39,10 +40,52 @@ def describe_outcome(spec: JobSpec, run: RunDirectory, outcome, seconds: float) 
     return lines
 
 
-def result_text(run: RunDirectory, limit: int = 100_000) -> str | None:
-    """result.json as one line of JSON, for stdout; None when there is none or it is too large."""
+# stdout gets the whole result up to this many characters of JSON; a larger one (a list of losses,
+# a long log) gets a summary line: the run's last line stays readable, and result.json has it all.
+SHORT_RESULT = 2000
+SHORT_VALUE = 80  # a summary keeps the top-level values up to this long, and names the others
+
+
+def result_text(run: RunDirectory, limit: int = SHORT_RESULT) -> str | None:
+    """result.json as one line of JSON, for stdout: all of it when that is at most `limit`
+    characters, else `summarize_result`'s line; None when there is no result.json."""
     try:
         text = run.result_file.read_text()
     except FileNotFoundError:
         return None
-    return json.dumps(json.loads(text)) if len(text) <= limit else None
+    value = json.loads(text)
+    whole = json.dumps(value)
+    return whole if len(whole) <= limit else json.dumps(summarize_result(value, limit))
+
+
+def _described(value) -> str:
+    """'<list of 500 items: see result.json>' for a value too long to show."""
+    if isinstance(value, list):
+        what = f"list of {len(value)} items"
+    elif isinstance(value, dict) and "__ndarray__" in value:  # launcher/results.py's array marker
+        what = f"array {value.get('dtype', '')}{list(value.get('shape', []))}"
+    elif isinstance(value, dict):
+        what = f"{len(value)} keys"
+    elif isinstance(value, str):
+        what = f"text of {len(value)} characters"
+    else:
+        what = type(value).__name__
+    return f"<{what}: see result.json>"
+
+
+def summarize_result(value, limit: int = SHORT_RESULT):
+    """A short stand-in for a large result: a dict keeps its short values (numbers, flags, small
+    configs) and names the long ones (`_described`), up to about `limit` characters of JSON, then
+    counts the keys left out; any other value is named."""
+    if not isinstance(value, dict):
+        return _described(value)
+    shown = {key: item if len(json.dumps(item)) <= SHORT_VALUE else _described(item) for key, item in value.items()}
+    if len(json.dumps(shown)) <= limit:
+        return shown
+    kept: dict = {}
+    for key, item in shown.items():
+        if len(json.dumps({**kept, key: item})) > limit - 50:
+            break
+        kept[key] = item
+    kept["..."] = f"<{len(shown) - len(kept)} more keys: see result.json>"
+    return kept
