@@ -248,7 +248,7 @@ def test_a_flood_of_reports_goes_in_chunks_the_supervisor_takes(tmp_path):
             if not reporter.pending:
                 break
         assert messages == 100_000 // rank_progress.CHUNK
-        client.send("abort", {"reason": "x", "message": "after the flood", "time": 1.0})
+        client.send("abort", {"reason": "collective_timeout", "message": "after the flood", "time": 1.0})
         client.send("abort", {"bad": b"not json".hex()})
         deadline = time.monotonic() + 20
         while not server.abort_requests():
