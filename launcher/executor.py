@@ -150,9 +150,12 @@ def pickle_call(fn: Callable, args: tuple, kwargs: dict) -> bytes:
 
 def function_files(fn: Callable, args: tuple, kwargs: dict) -> dict[str, bytes]:
     """The files of RUN_DIR/function/ for one call."""
+    from .owner_key import sign
+
     payload = pickle_call(fn, args, kwargs)
     record = {**call_record(), "function": getattr(fn, "__qualname__", repr(fn)),
-              "module": getattr(fn, "__module__", None)}
+              "module": getattr(fn, "__module__", None),
+              "signature": sign(payload)}  # the ranks unpickle only what its owner wrote
     return {f"{FUNCTION_FOLDER}/{CALL_FILE}": payload,
             f"{FUNCTION_FOLDER}/{CALL_RECORD}": (json.dumps(record, indent=2) + "\n").encode()}
 

@@ -42,6 +42,7 @@ UNENCODABLE = "__unencodable__"
 MARKERS = {"__float__", "__complex__", "__tuple__", "__bytes__", "__int__", "__scalar__", ARRAY_MARKER,
            "__dict__", UNENCODABLE}
 PICKLE_FILE = "result.pkl"
+SIGNATURE_FILE = "result.pkl.sig"  # its signature with the owner's key (launcher/owner_key.py)
 # NumPy scalars that are JSON's own number and boolean types under another name: written as plain
 # JSON (a list of losses reads as a list of floats however each was computed), read back as
 # Python float, int and bool. Every other NumPy scalar keeps its dtype in a __scalar__ marker.
@@ -173,7 +174,11 @@ def write_result(run_dir: RunDirectory, value) -> list[str]:
     if unencodable:
         paths = ", ".join(f"{p} ({t})" for p, t in unencodable[:5]) + (" ..." if len(unencodable) > 5 else "")
         try:
-            atomic_write_bytes(run_dir.path / PICKLE_FILE, _pickle(value))
+            from .owner_key import sign
+
+            pickled = _pickle(value)
+            atomic_write_bytes(run_dir.path / SIGNATURE_FILE, sign(pickled).encode())  # first: never a pkl unsigned
+            atomic_write_bytes(run_dir.path / PICKLE_FILE, pickled)
             warnings.append(f"result.json cannot hold {paths}; the whole result is kept in "
                             f"{run_dir.path / PICKLE_FILE} (launcher.load_result reads it)")
         except Exception as exc:  # noqa: BLE001  (keep what can be kept)
@@ -195,6 +200,10 @@ def _pickle(value) -> bytes:
     import cloudpickle
 
     return cloudpickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+class UntrustedResultError(ValueError):
+    """result.pkl without its owner's signature: not unpickled."""
 
 
 class _NeedsPickle(Exception):
@@ -256,7 +265,8 @@ def _decode_scalar(name: str, value):
 def load_result(run_dir):
     """The value rank 0 returned, with arrays restored from result.npz (dtypes kept, bfloat16
     included). If result.json marks values it could not hold, the whole value comes from
-    result.pkl, which jaxlaunch wrote beside it: load results only from run directories you trust."""
+    result.pkl, which jaxlaunch wrote beside it and signed with your key (launcher/owner_key.py):
+    an unsigned or changed result.pkl is refused (UntrustedResultError), never unpickled."""
     run = run_dir if isinstance(run_dir, RunDirectory) else RunDirectory(Path(run_dir))
     value = json.loads(run.result_file.read_text())
     arrays = np.load(run.arrays_file, allow_pickle=False) if run.arrays_file.exists() else {}
@@ -266,4 +276,16 @@ def load_result(run_dir):
         pickled = run.path / PICKLE_FILE
         if not pickled.exists():
             raise ValueError(f"{run.result_file} could not hold {missing} and {pickled} is missing") from None
-        return pickle.loads(pickled.read_bytes())
+        from .owner_key import signed_by_owner
+
+        data = pickled.read_bytes()
+        try:
+            signature = (run.path / SIGNATURE_FILE).read_text().strip()
+        except OSError:
+            signature = None
+        if not signed_by_owner(data, signature):
+            raise UntrustedResultError(
+                f"{pickled} is not signed with your key (launcher/owner_key.py): it was not written by a job of "
+                f"yours, or was changed since. It is not unpickled (that would run whatever code it holds); "
+                f"result.json has the rest of the result") from None
+        return pickle.loads(data)

@@ -14,3 +14,6 @@ CONTROL_HOST_ENV = "JAXLAUNCH_CONTROL_HOST"
 # Set when the ranks run in a container image: jaxlaunch's version on the host (the supervisor's),
 # which the preflight compares with the image's.
 HOST_VERSION_ENV = "JAXLAUNCH_HOST_VERSION"
+# Set by the supervisor: the owner's key (launcher/owner_key.py), with which ranks check the
+# files they unpickle (a function job's call.pkl) and sign the ones they write (result.pkl).
+OWNER_KEY_ENV = "JAXLAUNCH_OWNER_KEY"

@@ -2,9 +2,11 @@
 `fn(ctx, *args, **kwargs)` saved in RUN_DIR/function/.
 
     function/call.pkl    cloudpickle of (fn, args, kwargs)
-    function/call.json   what pickled it: jaxlaunch and Python versions, the caller's sys.path
+    function/call.json   what pickled it: jaxlaunch and Python versions, the caller's sys.path,
+                         and call.pkl's signature with the owner's key (launcher/owner_key.py)
 
-The versions are compared before anything is unpickled, so a node with another Python or
+The signature is checked before anything is unpickled: a call.pkl someone else put into the run
+directory would run their code as the job's owner. The versions are compared too, so a node with another Python or
 jaxlaunch gets one clear line instead of an unpickling traceback (bytecode pickled by value only
 loads in the Python minor version that made it).
 """
@@ -25,6 +27,10 @@ ENTRYPOINT = "launcher.runtime.function_job:main"
 
 class FunctionVersionError(RuntimeError):
     """The function was pickled by another Python or jaxlaunch than the one on this node."""
+
+
+class UntrustedCallError(RuntimeError):
+    """call.pkl does not carry its owner's signature (launcher/owner_key.py): it is not unpickled."""
 
 
 def call_record() -> dict:
@@ -68,11 +74,18 @@ def load_call(run_dir: Path):
     for entry in record.get("sys_path", []):
         if entry not in sys.path and os.path.isdir(entry):
             sys.path.append(entry)
+    payload = (folder / CALL_FILE).read_bytes()
+    from ..owner_key import signed_by_owner
+
+    if not signed_by_owner(payload, record.get("signature")):
+        raise UntrustedCallError(
+            f"{folder / CALL_FILE} is not signed with the key of the user who runs this job (another user may "
+            f"have written it into the run directory): refusing to unpickle it. fix: submit the function again "
+            f"from your own account, into a run directory only you can write")
     import cloudpickle  # noqa: F401  (pickles of functions by value need it importable)
     import pickle
 
-    with open(folder / CALL_FILE, "rb") as handle:
-        return pickle.load(handle)
+    return pickle.loads(payload)
 
 
 def main(ctx):

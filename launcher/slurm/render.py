@@ -19,7 +19,7 @@ import jinja2
 from .. import __version__, container
 from ..errors import UsageError
 from ..launch import RANK_ENV_DEFAULTS, mpirun_flags, rank_command
-from ..runtime.environment import ATTEMPT_ENV, CONTROL_ENV, CONTROL_TOKEN_ENV, RUN_DIR_ENV
+from ..runtime.environment import ATTEMPT_ENV, CONTROL_ENV, CONTROL_TOKEN_ENV, OWNER_KEY_ENV, RUN_DIR_ENV
 from ..spec import JobSpec, format_slurm_time
 
 TEMPLATE = "batch.sh.j2"
@@ -122,7 +122,8 @@ def launch_line(spec: JobSpec, run_dir: Path, workdir: Path, python: str, mpirun
         if mpirun is None:
             raise ValueError("launch: mpirun needs the path of mpirun")
         # -x: to the ranks on other nodes (the supervisor adds the attempt number and its address)
-        forward = [arg for name in [*exported, ATTEMPT_ENV, CONTROL_ENV, CONTROL_TOKEN_ENV] for arg in ("-x", name)]
+        forward = [arg for name in [*exported, ATTEMPT_ENV, CONTROL_ENV, CONTROL_TOKEN_ENV, OWNER_KEY_ENV]
+                   for arg in ("-x", name)]
         argv = [mpirun, *mpirun_flags(spec.num_processes, is_root, oversubscribe=False), "--map-by", f"ppr:{spec.processes_per_node}:node",
                 *forward, *program]
     return "exec " + shlex.join([python, *SUPERVISOR_PROGRAM, str(run_dir), "--", *argv])

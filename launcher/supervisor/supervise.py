@@ -30,7 +30,8 @@ from dataclasses import dataclass
 
 from ..control import ControlServer, PreemptNotice, StopRequest, control_host, left_early
 from ..rundir import RunDirectory, atomic_write_json
-from ..runtime.environment import ATTEMPT_ENV
+from ..owner_key import owner_key
+from ..runtime.environment import ATTEMPT_ENV, OWNER_KEY_ENV
 from ..spec import JobSpec
 from ..states import CANCEL_EVENT, EXIT_COMPLETED, EXIT_FAILED, EXIT_PREEMPTED, EXIT_TIMEOUT, JobState
 from .. import stragglers
@@ -291,7 +292,8 @@ class Supervisor:
                 pass
 
     def _run_attempt(self, attempt: int) -> tuple[str, dict | None, str | None]:
-        env = {**os.environ, **self.env, ATTEMPT_ENV: str(attempt), **self.channel.env()}
+        env = {**os.environ, **self.env, ATTEMPT_ENV: str(attempt), **self.channel.env(),
+               OWNER_KEY_ENV: owner_key()}
         process = subprocess.Popen(self.argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                    start_new_session=True)
         launcher_lines: deque[str] = deque(maxlen=400)
