@@ -126,7 +126,8 @@ def test_hostile_values_run_nothing(slurm_env, tmp_path):
 def test_unknown_job_id(slurm_env):
     result = jaxlaunch("logs", "999999", env=slurm_env)
     assert result.returncode == 2
-    assert result.stderr.startswith("Error: no run directory known for job 999999")
+    assert result.stderr.startswith("Error: no job 999999 known to Slurm or to jaxlaunch")
+    assert "fix: check the id with `squeue --me`" in result.stderr
 
 
 # --- supervision inside the batch job -------------------------------------------------------
