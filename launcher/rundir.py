@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import shutil
 import tempfile
 import time
@@ -55,6 +56,40 @@ def current_umask() -> int:
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
+
+
+# A run directory holds results, checkpoints, logs, pickled arguments and the job folder's
+# uncommitted diff, on filesystems that every user of a cluster may reach: it is made for its
+# owner alone (0700), or with JAXLAUNCH_SHARE_RUNS=group, readable by the group (0750); never
+# writable by anyone else. See docs/design/security.md.
+SHARE_ENV = "JAXLAUNCH_SHARE_RUNS"
+
+
+def private_mode() -> int:
+    return 0o750 if os.environ.get(SHARE_ENV) == "group" else 0o700
+
+
+def make_private_dir(path: Path) -> None:
+    """Make `path` (its parents as usual) with private_mode(). An existing folder must be ours and
+    writable by nobody else (UsageError otherwise, with the fix): a folder another user made first
+    would let them swap what the job reads, or read what it writes."""
+    path = Path(path)
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.mkdir(mode=0o700)
+        os.chmod(path, private_mode())
+        return
+    if info.st_uid != os.geteuid():
+        raise UsageError(f"{path} belongs to another user (uid {info.st_uid}): jaxlaunch writes a run only into a "
+                         f"folder of yours.\n  fix: choose another --run-dir (or remove that folder)")
+    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
+        raise UsageError(f"{path} is not a folder (a symbolic link or a file).\n  fix: choose another --run-dir")
+    if stat.S_IMODE(info.st_mode) & 0o022:
+        raise UsageError(f"{path} can be written by other users (mode {stat.S_IMODE(info.st_mode):o}): they could "
+                         f"change what the job reads.\n  fix: chmod go-w {path}, or choose another --run-dir")
+    os.chmod(path, private_mode())
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
@@ -145,9 +180,10 @@ class RunDirectory:
         spec.to_json()  # fails (unserialisable) before anything exists on disk
         target = cls.expand(cls.template(spec, path), spec, time.strftime("%Y%m%d-%H%M%S"))
         try:
-            if target.exists() and any(target.iterdir()) and cls(target)._submit_failed():
+            make_private_dir(target)
+            if any(target.iterdir()) and cls(target)._submit_failed():
                 cls(target)._clear_failed_submission()  # nothing ran there: the same command again
-            elif target.exists() and any(target.iterdir()):
+            elif any(target.iterdir()):
                 if path is None and spec.run_dir is None:
                     target = Path(tempfile.mkdtemp(prefix=target.name + "-", dir=target.parent))
                 else:

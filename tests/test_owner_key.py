@@ -90,3 +90,59 @@ def test_a_result_pkl_not_signed_by_its_owner_is_not_unpickled(tmp_path):
     with pytest.raises(UntrustedResultError):
         load_result(run.path)
     assert not pwned.exists()
+
+
+# --- the run directory is private ---------------------------------------------------------------
+
+def _spec():
+    from launcher.spec import JobSpec
+
+    return JobSpec(name="private", entrypoint="job.py:main")
+
+
+def test_a_run_directory_is_made_for_its_owner_alone(tmp_path, monkeypatch):
+    """Files were 644 and folders 755: any user read results, checkpoints, logs, pickled arguments
+    and the uncommitted git.diff."""
+    monkeypatch.delenv("JAXLAUNCH_SHARE_RUNS", raising=False)
+    run = RunDirectory.create(_spec(), tmp_path / "runs" / "one")
+    assert stat.S_IMODE(run.path.stat().st_mode) == 0o700
+    monkeypatch.setenv("JAXLAUNCH_SHARE_RUNS", "group")  # for teams: the group reads, nobody else writes
+    run = RunDirectory.create(_spec(), tmp_path / "runs" / "two")
+    assert stat.S_IMODE(run.path.stat().st_mode) == 0o750
+
+
+def test_an_empty_folder_of_ours_is_taken_and_made_private(tmp_path, monkeypatch):
+    monkeypatch.delenv("JAXLAUNCH_SHARE_RUNS", raising=False)
+    folder = tmp_path / "mine"
+    folder.mkdir(mode=0o755)
+    RunDirectory.create(_spec(), folder)
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="making a folder of another user needs root")
+def test_a_run_directory_another_user_made_first_is_refused(tmp_path):
+    """RunDirectory.create took an existing empty folder another user made: they could then swap
+    call.pkl in it (shown end to end)."""
+    from launcher.errors import UsageError
+
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    os.chown(theirs, 65534, 65534)
+    with pytest.raises(UsageError, match="belongs to another user"):
+        RunDirectory.create(_spec(), theirs)
+    assert list(theirs.iterdir()) == []
+
+
+def test_a_folder_others_can_write_is_refused(tmp_path):
+    from launcher.errors import UsageError
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    with pytest.raises(UsageError, match="can be written by other users"):
+        RunDirectory.create(_spec(), shared)
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "elsewhere")
+    (tmp_path / "elsewhere").mkdir()
+    with pytest.raises(UsageError, match="not a folder"):
+        RunDirectory.create(_spec(), link)

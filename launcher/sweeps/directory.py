@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from ..errors import UsageError
-from ..rundir import RUNS_ROOT, RunDirectory, atomic_write_json
+from ..rundir import RUNS_ROOT, RunDirectory, atomic_write_json, make_private_dir
 from .plan import Sweep
 
 SWEEP_FILE = "sweep.json"
@@ -47,7 +47,8 @@ class SweepDirectory:
         """Make the sweep directory, every task's run directory (with its spec.json) and sweep.json.
         An existing directory is accepted only if empty, so no sweep overwrites another's results."""
         target = cls.preview(sweep, path).path
-        if target.exists() and any(target.iterdir()):
+        make_private_dir(target)
+        if any(target.iterdir()):
             raise UsageError(f"sweep directory {target} already holds files; choose a new or empty one")
         directory = cls(target)
         tasks = []
