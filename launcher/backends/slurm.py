@@ -333,6 +333,8 @@ class SlurmBackend(Backend):
         argv = ["scontrol", "show", "job", "--oneliner", *(job_ids if len(job_ids) == 1 else [])]
         try:
             out = scheduler.call_slurm(argv)
+        except scheduler.SlurmUnreachable:
+            raise  # said once, at once: not asked again by the next lookup
         except SchedulerError:
             return {}
         found = {}
