@@ -52,9 +52,9 @@ def test_cli_without_slurm_says_so(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))  # no squeue anywhere
     monkeypatch.setenv("JAXLAUNCH_HOME", str(tmp_path))
     monkeypatch.delenv("SLURM_CONF", raising=False)
-    result = CliRunner().invoke(main, ["cancel", "12"])  # cancel first asks squeue whether job 12 exists
+    result = CliRunner().invoke(main, ["cancel", "12"])  # cancel first asks scontrol where job 12 runs
     assert result.exit_code == 2
-    assert result.output == ("Error: Slurm could not be asked: squeue is not on PATH.\n"
+    assert result.output == ("Error: Slurm could not be asked: scontrol is not on PATH.\n"
                              "  fix: jaxlaunch run needs no Slurm; for submit, status, logs and cancel: run on the "
                              "cluster's login node, or load Slurm there.\n")
 

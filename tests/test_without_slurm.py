@@ -7,6 +7,7 @@ a missing file)."""
 
 import json
 import os
+import re
 import time
 
 import pytest
@@ -90,8 +91,10 @@ def test_status_with_slurm_conf_pointing_nowhere_answers_at_once(no_slurm, monke
 def test_a_command_that_must_ask_slurm_names_the_fix(no_slurm, command):
     result = invoke(*command)
     assert result.exit_code == 2, result.output
-    assert result.output.startswith("Error: Slurm could not be asked: squeue: fatal: Could not establish a "
-                                    "configuration source (SLURM_CONF is unset"), result.output
+    # The first command that needs Slurm says it (status: squeue; the others look up the run
+    # directory first: scontrol), and nothing asks Slurm again after that.
+    assert re.match(r"Error: Slurm could not be asked: (squeue|scontrol): fatal: Could not establish a "
+                    r"configuration source \(SLURM_CONF is unset", result.output), result.output
     assert f"  fix: {FIX}; jaxlaunch run needs no Slurm." in result.output
     assert "resolve_ctls_from_dns_srv" not in result.output and "Traceback" not in result.output
 
