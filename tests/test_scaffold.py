@@ -59,7 +59,9 @@ def test_data_parallel_layouts_compute_the_same_steps(tmp_path):
 def test_data_parallel_survives_a_preemption_notice_bit_for_bit(tmp_path):
     """kill -USR2 mid-run: checkpoint and exit 75; --resume ends with the losses of an
     uninterrupted run, step for step."""
-    settings = ["--set", "params.steps=120"]
+    # Long enough (about 3 s here) that the notice comes mid-run: with 120 steps (0.2 s) the run once
+    # finished before the test saw its first checkpoint and sent SIGUSR2 (CI, a loaded 2-core machine).
+    settings = ["--set", "params.steps=1500"]
     (tmp_path / "reference").mkdir()
     _, reference = run_template(tmp_path / "reference", "dp", "data-parallel", *settings)
 
