@@ -10,7 +10,7 @@ Layout (the same for local runs and Slurm jobs):
     logs/attempt-K/     the logs of attempt K, moved there when the job restarts (max_restarts)
     logs/control.json   every message the ranks sent the supervisor in this attempt (launcher/control.py)
     failure.json        the root cause of a failed, timed-out or cancelled job (schema: launcher/supervisor/root_cause.py, build_failure)
-    checkpoints/step-N/ what ctx.checkpoints.save wrote (launcher/runtime/checkpoints.py)
+    checkpoints/step-N/ what ctx.checkpoints.save wrote (launcher/runtime/checkpoints/)
     metrics.jsonl       ctx.report's progress: rank 0's metrics and every rank's step time (appended)
     events.jsonl        the run's timeline: notices, checkpoints, requeues, resumes
     result.json         what the entrypoint returned on rank 0 (arrays in result.npz)
