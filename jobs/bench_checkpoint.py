@@ -7,11 +7,11 @@ devices with jobs/bench_checkpoint.yaml, 2 x 2 over a global mesh with bench_che
 Writers, each measured from the call until the bytes are durable (fsynced):
   raw np.save + fsync   the disk's limit: this process's shards, already in host memory, written with
                         np.save into one file per process, flush, os.fsync, fsync of the folder
-  ours, async           ctx.checkpoints' engine (launcher.runtime.checkpoints.Checkpoints): save()
+  ours, async           ctx.checkpoints' engine (launcher.rank.checkpoints.Checkpoints): save()
                         returns once the state is in host memory (blocking), wait() once the files
                         and folders are fsynced and the folder is renamed into place (total)
   ours, blocking=True   the same engine, save(..., blocking=True)
-  old engine (v1)       the engine this one replaces (launcher/runtime/checkpoints.py before format 2),
+  old engine (v1)       the engine this one replaces (launcher/rank/checkpoints.py before format 2),
                         its write path reproduced here: np.asarray of every leaf, np.savez into a
                         BytesIO, one fsynced write, manifest, fsync, rename. It cannot save arrays
                         spread over several processes, so it has no row in a multi-process run.
@@ -74,7 +74,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from mpi4py import MPI
 
 from launcher.rundir import atomic_write_bytes
-from launcher.runtime.checkpoints import Checkpoints
+from launcher.rank.checkpoints import Checkpoints
 
 MiB = 1 << 20
 COLUMNS = 1024          # every leaf is (rows, COLUMNS) float32
@@ -155,7 +155,7 @@ class PeakMemory:
 # --- files -------------------------------------------------------------------------------------
 
 def fsync_path(path: Path) -> None:
-    from launcher.runtime.checkpoints.storage import fsync_dir
+    from launcher.rank.checkpoints.storage import fsync_dir
 
     fsync_dir(path)  # opens read-only and fsyncs: works for files as for folders
 

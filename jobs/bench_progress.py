@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import launcher
-from launcher.runtime import tracker as tracker_module
+from launcher.rank import tracker as tracker_module
 
 ORIGINAL_START = tracker_module.CollectiveTracker.start
 

@@ -9,7 +9,7 @@ the same step.
                  ideal: the step takes 1/size of the time.
   mode "weak":   `batch` is the batch of EACH process; ideal: the step takes the same time.
 
-One core per process: mpirun runs the ranks with --bind-to none (launcher/launch.py), and JAX's
+One core per process: mpirun runs the ranks with --bind-to none (launcher/backends/mpirun.py), and JAX's
 CPU client has already started its thread pools (sized from os.cpu_count()) by the time main()
 runs, so every thread of this process is pinned here with sched_setaffinity, to one core chosen
 by the LOCAL rank. Threads created later inherit the mask of the thread that creates them. The

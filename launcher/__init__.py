@@ -19,8 +19,8 @@ __all__ = ["run", "submit", "job", "Job", "Executor", "allreduce", "broadcast", 
 
 _LAZY = {
     "run": "api", "submit": "api", "job": "api", "Job": "api", "Executor": "executor",
-    "allreduce": "collectives", "broadcast": "collectives", "allgather": "collectives",
-    "barrier": "collectives", "TreePacker": "collectives", "JobContext": "runtime.context", "load_result": "results",
+    "allreduce": "rank.collectives", "broadcast": "rank.collectives", "allgather": "rank.collectives",
+    "barrier": "rank.collectives", "TreePacker": "rank.collectives", "JobContext": "rank.context", "load_result": "rundir.results",
     "load_spec": "spec", "JobSpec": "spec", "JobState": "states", "JobFailedError": "errors",
 }
 

@@ -10,7 +10,7 @@
     job.state(); job.logs(rank=0); job.cancel(); job.failure()
 
 The handles are the backends' (launcher/backends/): the same ones `jaxlaunch status/logs/cancel`
-use. A local job runs in a process of its own (`python -m launcher.background RUN_DIR`), so the
+use. A local job runs in a process of its own (`python -m launcher.backends.local.background RUN_DIR`), so the
 caller's process (a notebook kernel) keeps its signal handlers and never imports JAX for it; its
 output goes to RUN_DIR/output.log.
 """

@@ -86,7 +86,7 @@ def main():
 def run(spec, overrides, sweeps, max_parallel, run_dir, dry_run, resume_dir):
     """Run SPEC on this machine: nodes x processes_per_node processes under mpirun.
     With a sweep, every configuration, --max-parallel at a time."""
-    from .backends.local import LocalBackend
+    from .backends.local.backend import LocalBackend
 
     local = LocalBackend()
     if resume_dir is not None:
@@ -139,7 +139,7 @@ def explain(spec, overrides, target, run_dir):
     and (--target slurm) whether the request fits the cluster; exit 2 if it cannot."""
     from .explain import check_this_machine, format_explain
     from .rundir import RunDirectory
-    from .slurm.fit import check_against_cluster
+    from .backends.slurm.fit import check_against_cluster
     from .spec import load_spec
 
     job = load_spec(spec, overrides)
@@ -179,7 +179,7 @@ def render(spec, overrides, target, run_dir):
 @_user_errors
 def submit(spec, overrides, sweeps, max_parallel, run_dir, dry_run, wait, parsable, no_check):
     """Submit SPEC to Slurm with sbatch; a sweep as one job array."""
-    from .backends.slurm import SlurmBackend
+    from .backends.slurm.backend import SlurmBackend
 
     slurm, job = SlurmBackend(), _job_or_sweep(spec, overrides, sweeps, max_parallel)
     if dry_run:
@@ -209,7 +209,7 @@ def _submit_sweep(slurm, sweep, max_parallel, run_dir, wait, parsable, no_check)
         click.echo(f"Submitted sweep of {len(sweep.configurations)} configurations as job array"
                    f"{'s' if len(ids) > 1 else ''} {', '.join(ids)}; sweep directory: {directory.path}", err=wait)
     if wait:
-        from .sweeps.status import wait_for_sweep
+        from .backends.slurm.array_status import wait_for_sweep
 
         states = wait_for_sweep(directory, echo=_progress)
         _print_results_table(directory.path)
@@ -279,7 +279,7 @@ def plot(job_id, metric, x_axis, out_path):
 
     from .errors import UsageError
     from .job_tables import find_known_job
-    from .progress import plot_metric
+    from .rundir.metrics import plot_metric
 
     if importlib.util.find_spec("matplotlib") is None:
         raise UsageError("jaxlaunch plot needs matplotlib: pip install -e '.[bench]'")
@@ -375,7 +375,7 @@ def logs(job_id, rank, follow):
 def cancel(job_id):
     """Cancel a job, a whole job array (its id), one array task (ID_N), or a local run (RUN_DIR)."""
     from .backends import find_job, is_job_id
-    from .backends.slurm import SlurmBackend
+    from .backends.slurm.backend import SlurmBackend
 
     job = SlurmBackend().find(job_id, whole_array=True) if is_job_id(job_id) else find_job(job_id)
     job.cancel()

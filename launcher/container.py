@@ -22,7 +22,7 @@ from pathlib import Path
 
 from . import __version__
 from .errors import UsageError
-from .runtime.environment import HOST_VERSION_ENV
+from .environment import HOST_VERSION_ENV
 from .spec import JobSpec
 
 RUNTIME_PROGRAMS = {"apptainer": "apptainer", "charliecloud": "ch-run", "pyxis": "srun"}

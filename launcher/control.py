@@ -49,7 +49,7 @@ from dataclasses import asdict, dataclass, field
 
 from .rundir import RunDirectory, atomic_write_json
 from .stragglers import Stragglers
-from .runtime.environment import CONTROL_ENV, CONTROL_HOST_ENV, CONTROL_TOKEN_ENV
+from .environment import CONTROL_ENV, CONTROL_HOST_ENV, CONTROL_TOKEN_ENV
 
 MAX_LINE = 1 << 20          # a message longer than this is a protocol error
 HELLO_BYTES = 4096          # what a connection may send before its hello is accepted (a hello is ~80)
@@ -602,7 +602,7 @@ def control_host(env=os.environ) -> str:
         return env[CONTROL_HOST_ENV]
     node = env.get("SLURMD_NODENAME")
     if node:
-        from .slurm import scheduler
+        from .backends.slurm import scheduler
 
         try:
             for word in scheduler.call_slurm(["scontrol", "show", "node", "--oneliner", node], timeout=20).split():

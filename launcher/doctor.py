@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
-from .slurm.scheduler import FIX_CONF_NOT_A_FILE, FIX_NO_COMMANDS, FIX_NO_CONTROLLER, where_configured
+from .backends.slurm.scheduler import FIX_CONF_NOT_A_FILE, FIX_NO_COMMANDS, FIX_NO_CONTROLLER, where_configured
 
 OK, WARN, FAIL = "ok", "warn", "fail"
 PROBE_TIMEOUT = 30.0        # JAX's first import on a cold shared filesystem, or CUDA's start, can be slow
@@ -52,7 +52,7 @@ found = {"version": mpi4jax.__version__, "cuda": bool(mpi4jax.has_cuda_support()
          "bridges": sorted(name for name in ("mpi_xla_bridge_cpu", "mpi_xla_bridge_cuda", "mpi_xla_bridge_xpu")
                            if hasattr(xla_bridge, name))}
 try:
-    from launcher import transport  # the launcher's own FFI call into mpi4jax (launcher/transport.py)
+    from launcher import transport  # the launcher's own FFI call into mpi4jax (launcher/rank/collectives/transport.py)
     found["fast_path"] = transport.FAST_PATH
 except Exception as error:
     found["fast_path"] = None
@@ -267,7 +267,7 @@ def _mpi4jax_check(env: Mapping[str, str], started: _Started, gpu_driver: str | 
         parts.append("launcher fast path: off (JAXLAUNCH_ORDERED_MPI4JAX=1)")
     else:
         status = WARN if status == OK else status
-        why = probe.get("fast_path_error") or "this mpi4jax lacks the FFI target launcher/transport.py calls"
+        why = probe.get("fast_path_error") or "this mpi4jax lacks the FFI target launcher/rank/collectives/transport.py calls"
         parts.append(f"launcher fast path: off ({why}); collectives take mpi4jax's slower public path")
         fixes.append("install the mpi4jax that pyproject.toml pins (mpi4jax>=0.9.1,<0.10)")
     return Check("mpi4jax", status, "; ".join(parts), "; ".join(fixes))
@@ -457,11 +457,11 @@ def _run_root_check(cwd: Path) -> Check:
 def run_checks(env: Mapping[str, str] = os.environ, spec=None) -> list[Check]:
     """Every check, in table order. `env` is the environment the probes and Slurm commands run
     in (PATH, SLURM_CONF, XLA_FLAGS...). mpirun is looked up as `jaxlaunch run` does
-    (launcher.launch.find_mpirun: beside this Python first, then this process's PATH). `spec`: a
+    (launcher.backends.mpirun.find_mpirun: beside this Python first, then this process's PATH). `spec`: a
     JobSpec whose container runtime and image are checked too."""
     import launcher
     from .errors import UsageError
-    from .launch import find_mpirun
+    from .backends.mpirun import find_mpirun
 
     try:
         mpirun, mpirun_error = find_mpirun(), ""

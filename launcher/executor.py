@@ -7,7 +7,7 @@
     job.result()                   # rank 0's return value; JobFailedError (rank, remote traceback) if it failed
     jobs = ex.map(fn, items)       # one job per item: a Slurm job array, or local runs max_parallel at a time
 
-A function job is an ordinary job whose entrypoint is launcher.runtime.function_job:main: it has
+A function job is an ordinary job whose entrypoint is launcher.rank.function_job:main: it has
 a run directory, a supervisor, hang reports, ctx.checkpoints, preemption and requeue, and the
 same handles as spec jobs (`jaxlaunch status/logs/cancel JOBID` work on it). The function, its
 arguments and what pickled them go into RUN_DIR/function/ (cloudpickle, so closures, lambdas and
@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterable
 from .backends import get_backend
 from .backends.base import Job
 from .errors import UsageError
-from .runtime.function_job import (CALL_FILE, CALL_RECORD, ENTRYPOINT, FUNCTION_FOLDER, call_record,
+from .rank.function_job import (CALL_FILE, CALL_RECORD, ENTRYPOINT, FUNCTION_FOLDER, call_record,
                                    code_with_filename)
 
 MAX_SEARCH_DEPTH = 6  # how deep the search for an unpicklable object goes (closures of closures ...)

@@ -3,8 +3,8 @@
 One row per rank (node, local rank, the devices it will see, its global device indices, the
 launcher environment it gets, its local mesh), the resources requested per node and in total,
 and on Slurm a check of the request against the cluster (partition, nodes, CPUs, GPUs, memory,
-time limit; launcher/slurm/fit.py, which `submit` runs too). The device columns come from the
-same function that binds devices at run time (launcher/runtime/topology.py), not a copy of it.
+time limit; launcher/backends/slurm/fit.py, which `submit` runs too). The device columns come from the
+same function that binds devices at run time (launcher/rank/topology.py), not a copy of it.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from pathlib import Path
 
 from . import container
 from .errors import UsageError
-from .launch import RANK_ENV_DEFAULTS, rank_command
-from .runtime.environment import ATTEMPT_ENV, RUN_DIR_ENV
-from .runtime.topology import DEVICE_AXIS, EMULATED_PPN, GPU_FIX, device_environment, missing_for_gpu
+from .backends.mpirun import RANK_ENV_DEFAULTS, rank_command
+from .environment import ATTEMPT_ENV, RUN_DIR_ENV
+from .rank.topology import DEVICE_AXIS, EMULATED_PPN, GPU_FIX, device_environment, missing_for_gpu
 from .spec import JobSpec
 
 
@@ -84,7 +84,7 @@ def container_lines(spec: JobSpec, target: str, run_dir: Path, workdir: Path) ->
         program = rank_command(spec, "python", run_dir, workdir)
         srun = []
         if target == "slurm" and spec.slurm.launch == "srun":
-            from .slurm.render import batch_environment
+            from .backends.slurm.render import batch_environment
 
             srun = container.srun_options(spec, run_dir, workdir, list(batch_environment(spec, run_dir)))
     except UsageError as error:

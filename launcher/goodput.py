@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .progress import read_lines
+from .rundir.metrics import read_lines
 
 CATEGORIES = ["queued", "start-up", "first step", "productive steps", "checkpoint blocking", "work lost",
               "wind-down", "between attempts"]

@@ -12,10 +12,10 @@ from pathlib import Path
 from tabulate import tabulate
 
 from .backends import find_job, is_job_id
-from .backends.local import LocalBackend, LocalJob
-from .backends.slurm import SlurmBackend, SlurmJob, sweep_dir_of
+from .backends.local.backend import LocalBackend, LocalJob
+from .backends.slurm.backend import SlurmBackend, SlurmJob, sweep_dir_of
 from .errors import SchedulerError, UsageError
-from .slurm.index import jobs_index
+from .backends.slurm.index import jobs_index
 from .states import JobState
 
 EXPLAINED_STATES = (JobState.FAILED, JobState.TIMEOUT, JobState.CANCELLED)
@@ -159,7 +159,7 @@ def print_status(job_ids: list[str], verbose: bool, echo) -> None:
 
 def _print_slurm_jobs(ids: list[str], job_ids: list[str], verbose: bool, echo) -> None:
     """The sweeps and Slurm jobs of `status`; `job_ids`: those the user named (explained in full)."""
-    from .sweeps.status import summary_line, task_states
+    from .backends.slurm.array_status import summary_line, task_states
     from .sweeps.directory import SweepDirectory
 
     sweeps = [SweepDirectory(i) if not is_job_id(i) else sweep_dir_of(i) for i in ids]

@@ -18,7 +18,7 @@ import os
 import secrets
 from pathlib import Path
 
-from .runtime.environment import OWNER_KEY_ENV
+from .environment import OWNER_KEY_ENV
 
 KEY_FILE = "key"
 

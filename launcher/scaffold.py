@@ -240,7 +240,7 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
 import launcher
-from launcher.runtime.context import DEVICE_AXIS
+from launcher.rank.context import DEVICE_AXIS
 
 
 def init(features: int, hidden: int, outputs: int) -> dict:

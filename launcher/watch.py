@@ -66,7 +66,7 @@ def watch(job, interval: float = 2.0, console=None) -> object:
     from rich.live import Live
 
     from .errors import UnknownJobError
-    from .progress import metrics
+    from .rundir.metrics import metrics
     from .states import JobState
 
     def history():

@@ -22,7 +22,7 @@ def jaxlaunch(*args, timeout=180, env=None, cwd=None):
 @pytest.fixture(autouse=True)
 def fresh_slurm_watcher(monkeypatch):
     """Each test starts with a Slurm watcher that follows no job (as each jaxlaunch command does)."""
-    from launcher.backends import slurm
+    from launcher.backends.slurm import backend as slurm
 
     monkeypatch.setattr(slurm, "WATCHER", slurm.SlurmWatcher())
 

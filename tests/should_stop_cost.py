@@ -9,7 +9,7 @@ import time
 
 from mpi4py import MPI
 
-from launcher.runtime.preemption import should_stop
+from launcher.rank.preemption import should_stop
 
 comm = MPI.COMM_WORLD
 

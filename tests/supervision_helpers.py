@@ -38,7 +38,7 @@ def rank_pid(run_dir: Path, rank: int) -> int:
     """The PID of `rank`, found by the run directory and the rank in its environment."""
     for variable in ("OMPI_COMM_WORLD_RANK", "PMIX_RANK"):
         pids = [p for p in job_processes(run_dir, {variable: str(rank)})
-                if b"launcher.runtime.bootstrap" in Path(f"/proc/{p}/cmdline").read_bytes()]
+                if b"launcher.rank.bootstrap" in Path(f"/proc/{p}/cmdline").read_bytes()]
         if pids:
             return pids[0]
     raise AssertionError(f"no process of rank {rank} found for {run_dir}")

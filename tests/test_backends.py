@@ -15,12 +15,12 @@ from click.testing import CliRunner
 import launcher
 from conftest import TEST_JOBS, jaxlaunch
 from launcher.backends import find_job
-from launcher.backends.slurm import SlurmBackend, SlurmJob, SlurmWatcher
+from launcher.backends.slurm.backend import SlurmBackend, SlurmJob, SlurmWatcher
 from launcher.cli import main
 from launcher.errors import SpecError, UsageError
 from launcher.rundir import RunDirectory
-from launcher.slurm import scheduler
-from launcher.slurm.submission import render_for_submission
+from launcher.backends.slurm import scheduler
+from launcher.backends.slurm.submission import render_for_submission
 from launcher.spec import JobSpec
 from launcher.states import FINAL_STATES, JobState, StatusRecord
 
@@ -69,7 +69,7 @@ def no_mpirun():
 
 
 def test_an_srun_job_renders_on_a_login_node_without_mpirun(monkeypatch, tmp_path):
-    monkeypatch.setattr("launcher.slurm.submission.find_mpirun", no_mpirun)
+    monkeypatch.setattr("launcher.backends.slurm.submission.find_mpirun", no_mpirun)
     spec = JobSpec(name="x", entrypoint="m:f", nodes=2, slurm={"launch": "srun"})
     script = render_for_submission(spec, tmp_path)
     assert "srun --mpi=pmix" in script and "mpirun" not in script
@@ -140,7 +140,7 @@ def test_wait_backs_off_instead_of_polling_every_half_second(monkeypatch):
         now[0] += seconds
     monkeypatch.setattr("launcher.backends.base.time.sleep", sleep)
     monkeypatch.setattr("launcher.backends.base.time.monotonic", lambda: now[0])
-    monkeypatch.setattr("launcher.backends.slurm.time.monotonic", lambda: now[0])
+    monkeypatch.setattr("launcher.backends.slurm.backend.time.monotonic", lambda: now[0])
     watcher = SlurmWatcher()
     with pytest.raises(TimeoutError):
         SlurmJob("9", None, watcher).wait(timeout=120)
@@ -225,7 +225,7 @@ def test_a_run_found_by_its_folder_can_be_waited_on_and_cancelled(tmp_path):
 def test_an_exited_supervisor_not_yet_reaped_by_its_parent_is_not_running():
     # A script that started `jaxlaunch run` and has not waited for it yet leaves a zombie, which /proc
     # still lists: cancel took its full 60 s grace waiting for it to "exit" (this file's cancel test did).
-    from launcher.backends.local import _start_ticks
+    from launcher.backends.local.backend import _start_ticks
 
     child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
     running = _start_ticks(child.pid)  # it waits for its stdin to close
@@ -291,7 +291,7 @@ def test_a_found_run_whose_supervisor_cannot_be_checked_is_left_alone(tmp_path, 
     run FAILED and its processes killed; one that cannot be checked from here is left running."""
     import socket
 
-    from launcher.backends.local import LocalJob, _start_ticks
+    from launcher.backends.local.backend import LocalJob, _start_ticks
     from launcher.supervisor import processes
 
     killed = []

@@ -82,7 +82,7 @@ def test_data_parallel_state_restores_as_model_parallel_and_was_written_by_both_
 def test_kill_9_during_an_asynchronous_sharded_save_leaves_the_previous_checkpoint_whole(tmp_path):
     """Both ranks save step after step of a sharded state; SIGKILL both at a random moment,
     three times over. Each time the newest complete step loads, with exactly that step's values."""
-    from launcher.runtime.checkpoints import Checkpoints
+    from launcher.rank.checkpoints import Checkpoints
 
     folder = tmp_path / "checkpoints"
     exe = os.path.join(os.path.dirname(sys.executable), "jaxlaunch")

@@ -24,7 +24,7 @@ import pytest
 from pathlib import Path
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from launcher.runtime.checkpoints import CheckpointError, Checkpoints, load_checkpoint
+from launcher.rank.checkpoints import CheckpointError, Checkpoints, load_checkpoint
 
 # Most tests here are about what lands on disk, so they save synchronously; the asynchronous
 # path (the default in jobs) has its own tests below and in tests/test_checkpoint_layouts.py.
@@ -132,7 +132,7 @@ def test_bad_metadata_or_leaves_are_refused_before_anything_is_written(tmp_path)
 WRITER = textwrap.dedent("""
     import sys
     import numpy as np
-    from launcher.runtime.checkpoints import Checkpoints
+    from launcher.rank.checkpoints import Checkpoints
 
     checkpoints = Checkpoints(sys.argv[1], keep=2, asynchronous=sys.argv[2] == "async")
     latest = checkpoints.restore()
@@ -179,7 +179,7 @@ def test_kill_9_at_any_moment_of_a_save_leaves_a_whole_checkpoint(tmp_path, mode
 KILLED_BETWEEN_THE_RENAMES = textwrap.dedent("""
     import os, signal, sys
     import numpy as np
-    from launcher.runtime.checkpoints import Checkpoints
+    from launcher.rank.checkpoints import Checkpoints
 
     rename = os.rename
     def rename_or_die(src, dst):  # SIGKILL right at the rename of the new folder into place
@@ -539,7 +539,7 @@ def test_a_failed_write_on_rank_0_raises_on_every_rank(tmp_path):
 @pytest.mark.parametrize("failing_rank", [0, 1])
 def test_a_background_write_failing_on_one_rank_raises_the_same_error_on_every_rank(tmp_path, monkeypatch,
                                                                                      failing_rank):
-    from launcher.runtime.checkpoints import storage
+    from launcher.rank.checkpoints import storage
 
     write = storage.write_data_file
 
@@ -767,7 +767,7 @@ def test_an_array_saved_on_a_device_this_machine_lacks_comes_back_on_its_last_de
 
 def test_save_and_restore_are_on_the_run_timeline(tmp_path, monkeypatch):
     from launcher.rundir import RunDirectory
-    from launcher.runtime.environment import RUN_DIR_ENV
+    from launcher.environment import RUN_DIR_ENV
 
     run_dir = tmp_path / "run"
     run_dir.mkdir()
@@ -789,7 +789,7 @@ def test_an_asynchronous_save_returns_before_the_write_and_keeps_the_state_as_it
     """save() returns with the write held up; the job goes on changing its NumPy state in place;
     the checkpoint still holds the state as it was at save(), bit for bit what a synchronous save
     of it writes."""
-    from launcher.runtime.checkpoints import storage
+    from launcher.rank.checkpoints import storage
 
     release, writing = threading.Event(), threading.Event()
     write = storage.write_data_file
@@ -818,7 +818,7 @@ def test_an_asynchronous_save_returns_before_the_write_and_keeps_the_state_as_it
 
 
 def test_a_second_save_waits_for_the_first_and_at_most_one_is_pending(tmp_path, monkeypatch):
-    from launcher.runtime.checkpoints import storage
+    from launcher.rank.checkpoints import storage
 
     release = threading.Event()
     write = storage.write_data_file
@@ -872,7 +872,7 @@ def test_a_read_only_folder_fails_the_background_write_and_raises_on_every_rank(
 # --- who writes which piece (layout.plan) -------------------------------------------------------
 
 def test_every_region_is_written_exactly_once_by_one_of_its_holders():
-    from launcher.runtime.checkpoints.layout import SPLIT_BYTES, LeafShards, plan, size_of
+    from launcher.rank.checkpoints.layout import SPLIT_BYTES, LeafShards, plan, size_of
 
     rows = SPLIT_BYTES // 4  # a float32 leaf of SPLIT_BYTES * 4: big enough to be cut
     leaves = [
@@ -897,7 +897,7 @@ def test_every_region_is_written_exactly_once_by_one_of_its_holders():
 
 
 def test_small_leaves_are_spread_over_the_processes_by_bytes():
-    from launcher.runtime.checkpoints.layout import LeafShards, plan
+    from launcher.rank.checkpoints.layout import LeafShards, plan
 
     leaves = [LeafShards((100,), 4, [(((0, 100),), (0, 1))]) for _ in range(6)]
     writers = [p.writer for p in plan(leaves, 2)]
@@ -906,7 +906,7 @@ def test_small_leaves_are_spread_over_the_processes_by_bytes():
 
 def test_writers_are_balanced_by_bytes_not_by_elements_when_itemsizes_differ():
     """Issue 29: a plan that counted elements gave a float64 leaf's writer the next int8 leaves too."""
-    from launcher.runtime.checkpoints.layout import LeafShards, plan, size_of
+    from launcher.rank.checkpoints.layout import LeafShards, plan, size_of
 
     leaves = [LeafShards((100,), 8, [(((0, 100),), (0, 1))]),  # 800 bytes, 100 elements: process 0
               LeafShards((200,), 1, [(((0, 200),), (0, 1))]),  # 200 bytes, 200 elements: process 1
@@ -932,8 +932,8 @@ def test_restore_like_refuses_a_leaf_whose_shape_differs_from_the_saved_one_nami
 
 def test_a_save_after_should_stop_said_true_is_written_before_save_returns(tmp_path, monkeypatch):
     """The job ends right after this save: it must be on disk, not in a background thread."""
-    from launcher.runtime import preemption
-    from launcher.runtime.checkpoints import storage
+    from launcher.rank import preemption
+    from launcher.rank.checkpoints import storage
 
     writers = []
     write = storage.write_data_file

@@ -7,7 +7,7 @@ import pytest
 from click.testing import CliRunner
 
 from launcher.cli import main
-from launcher.launch import find_mpirun
+from launcher.backends.mpirun import find_mpirun
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -54,7 +54,7 @@ def test_dry_run_prints_the_exact_command_and_environment(tmp_path):
     assert result.output == (
         "command:\n"
         f"  {find_mpirun()} -n 2 --oversubscribe --bind-to none{root_flag} {sys.executable} "
-        "-m launcher.runtime.bootstrap\n"
+        "-m launcher.rank.bootstrap\n"
         "environment:\n"
         "  EXTRA='1 2'\n"
         "  GLIBC_TUNABLES=glibc.malloc.mmap_threshold=4294967296:glibc.malloc.trim_threshold=4294967296\n"

@@ -18,14 +18,15 @@ from click.testing import CliRunner
 from conftest import JOBS, ROOT, TEST_JOBS, jaxlaunch
 from launcher.cli import main
 from launcher.errors import SpecError, UsageError
-from launcher.launch import plan_local_run, rank_command
+from launcher.backends.local.plan import plan_local_run
+from launcher.backends.mpirun import rank_command
 from launcher.rundir import RunDirectory
-from launcher.runtime.preflight import compare
+from launcher.rank.preflight import compare
 from launcher.spec import JobSpec, load_spec
 
 CONTAINER = "container:\n  image: /images/jax\n  runtime: charliecloud\n"
 BASE = "name: x\nentrypoint: m:f\nnodes: 2\n"
-IMAGE_PROGRAM = ["/opt/venv/bin/python", "-P", "-m", "launcher.runtime.bootstrap"]
+IMAGE_PROGRAM = ["/opt/venv/bin/python", "-P", "-m", "launcher.rank.bootstrap"]
 
 
 def spec_of(container: dict, **fields) -> JobSpec:
@@ -129,7 +130,7 @@ def test_apptainer_gets_nv_from_the_platform_unless_the_spec_says(tmp_path):
 def test_without_a_container_a_rank_is_this_python():
     spec = JobSpec(name="x", entrypoint="m:f")
     assert rank_command(spec, "/venv/bin/python", Path("/r"), Path("/p")) == [
-        "/venv/bin/python", "-m", "launcher.runtime.bootstrap"]
+        "/venv/bin/python", "-m", "launcher.rank.bootstrap"]
 
 
 def test_mounts_come_parents_first_and_a_covered_path_is_not_mounted_twice():
@@ -158,7 +159,7 @@ def test_explain_shows_the_command_each_rank_runs(write_spec, tmp_path, monkeypa
     lines = result.output.splitlines()
     at = lines.index("each rank runs in the charliecloud image /images/jax:")
     assert lines[at + 1] == (f"  ch-run --bind=/datasets:/datasets --bind={tmp_path}:{tmp_path} --cd={tmp_path} "
-                             f"/images/jax -- /opt/venv/bin/python -P -m launcher.runtime.bootstrap")
+                             f"/images/jax -- /opt/venv/bin/python -P -m launcher.rank.bootstrap")
     assert "JAXLAUNCH_HOST_VERSION=0.1.0" in next(line for line in lines if line.startswith("every rank also gets"))
 
 
@@ -172,7 +173,7 @@ def test_explain_for_slurm_shows_pyxis_srun_options(write_spec, tmp_path, monkey
         "", "each rank runs in the pyxis image ubuntu:24.04:",
         f"  srun ... --container-image=ubuntu:24.04 --container-mounts={tmp_path}:{tmp_path} "
         f"--container-workdir={tmp_path} --container-env=GLIBC_TUNABLES,PMIX_SECURITY_MODE,JAXLAUNCH_RUN_DIR,"
-        f"JAXLAUNCH_HOST_VERSION /opt/venv/bin/python -P -m launcher.runtime.bootstrap"]
+        f"JAXLAUNCH_HOST_VERSION /opt/venv/bin/python -P -m launcher.rank.bootstrap"]
     assert container_lines(spec, "local", tmp_path / "run", tmp_path)[1].startswith(
         "container: container.runtime: pyxis runs only under srun")
 
@@ -182,7 +183,7 @@ def test_hostile_image_mount_and_option_values_reach_the_command_verbatim_and_ru
     """The batch script run by bash, its supervisor swapped for a program that records its
     arguments: the container part arrives as rank_command and srun_options make it."""
     from launcher.container import srun_options
-    from launcher.slurm.render import batch_environment, render_batch_script
+    from launcher.backends.slurm.render import batch_environment, render_batch_script
 
     hostile = "$(touch PWNED) `touch PWNED`; touch PWNED 'q' \"d\" ✓"
     spec = spec_of({"image": f"/images/{hostile}", "runtime": runtime, "mounts": [f"/data/{hostile}:/in"],
@@ -262,7 +263,7 @@ def test_a_rank_imports_jaxlaunch_from_the_image_not_from_the_mounted_checkout(c
 @pytest.mark.e2e
 def test_an_image_with_another_jaxlaunch_version_stops_in_the_preflight(charliecloud_image, tmp_path, user_env):
     """The launch plan's own command, with the host's version changed as a newer host would have it."""
-    from launcher.launch import find_mpirun
+    from launcher.backends.mpirun import find_mpirun
 
     spec = load_spec(JOBS / "normalize.yaml", container_args(charliecloud_image)[1::2])
     run = RunDirectory.create(spec, tmp_path / "run")
@@ -274,7 +275,7 @@ def test_an_image_with_another_jaxlaunch_version_stops_in_the_preflight(charliec
     assert document["problems"][0] == ("jaxlaunch: the container image has 0.1.0, the host (the job's supervisor) "
                                        "has 9.9.9; they must be the same version: rebuild the image with "
                                        "jaxlaunch==9.9.9")
-    assert run.rank_error(0).read_text().startswith("launcher.runtime.preflight.PreflightError: the ranks differ: "
+    assert run.rank_error(0).read_text().startswith("launcher.rank.preflight.PreflightError: the ranks differ: "
                                                     "jaxlaunch: the container image has 0.1.0")
     assert not (run.path / "result.json").exists()
 

@@ -363,7 +363,7 @@ class _Comm:
 
 
 def _coordinator_of(comm, monkeypatch, bind_env=None):
-    from launcher.runtime import bootstrap
+    from launcher.rank import bootstrap
 
     calls = []
 

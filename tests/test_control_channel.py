@@ -171,7 +171,7 @@ def test_an_idle_rank_makes_no_filesystem_calls_on_the_run_directory(tmp_path):
 def test_ranks_stop_soon_after_their_supervisor_is_killed(tmp_path):
     """kill -9 of `jaxlaunch run` leaves mpirun and the ranks (they run in a session of their own):
     they see the connection end, and are gone within ORPHAN_EXIT_SECONDS and a few seconds more."""
-    from launcher.runtime.monitor import ORPHAN_EXIT_SECONDS
+    from launcher.rank.monitor import ORPHAN_EXIT_SECONDS
 
     run_dir = tmp_path / "run"
     process = subprocess.Popen([JAXLAUNCH, "run", str(SPEC), "--run-dir", str(run_dir),

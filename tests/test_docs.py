@@ -163,10 +163,10 @@ def test_the_files_reference_keeps_the_run_directory_layout_in_rows_and_types_wi
 
 @needs_mkdocs
 def test_load_result_types_are_a_table_in_the_api_reference_not_a_paragraph(site):
-    from launcher.results import MARKERS
+    from launcher.rundir.results import MARKERS
 
     api = (site / "reference" / "api" / "index.html").read_text()
-    section = _section(api, "launcher.results.load_result", "launcher.runtime.checkpoints.load_checkpoint")
+    section = _section(api, "launcher.rundir.results.load_result", "launcher.rank.checkpoints.load_checkpoint")
     table = re.search(r"<table>.*?</table>", section, re.S)
     assert table, "the load_result section has no table of what result.json holds"
     assert not {m for m in MARKERS if m not in table.group(0)}, "markers missing from the load_result table"

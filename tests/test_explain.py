@@ -8,7 +8,7 @@ from click.testing import CliRunner
 
 from launcher.cli import main
 from launcher.explain import plan_ranks
-from launcher.slurm.fit import _gres_gpus, _mem_request_mb, _slurm_seconds
+from launcher.backends.slurm.fit import _gres_gpus, _mem_request_mb, _slurm_seconds
 from launcher.spec import load_spec
 
 SPEC = "name: x\nentrypoint: m:f\nnodes: 2\nprocesses_per_node: 2\ndevices_per_process: 2\n"
@@ -47,7 +47,7 @@ def test_cluster_value_parsers():
 
 
 def test_a_sweep_is_checked_against_one_reading_of_the_cluster(write_spec, monkeypatch):
-    from launcher.slurm import scheduler
+    from launcher.backends.slurm import scheduler
 
     calls = []
     answers = {"partition": "PartitionName=debug Default=YES TotalNodes=2 MaxNodes=UNLIMITED MaxTime=UNLIMITED "
@@ -56,7 +56,7 @@ def test_a_sweep_is_checked_against_one_reading_of_the_cluster(write_spec, monke
                        "NodeName=n2 Partitions=debug CPUTot=2 RealMemory=4000 Gres=(null)\n"}
     monkeypatch.setattr(scheduler, "call_slurm", lambda argv, **kw: calls.append(argv) or answers[argv[2]])
     from launcher.errors import UsageError
-    from launcher.slurm.fit import refuse_if_it_cannot_fit
+    from launcher.backends.slurm.fit import refuse_if_it_cannot_fit
 
     base = load_spec(write_spec("name: x\nentrypoint: m:f\n"))
     specs = [base.replace(nodes=n, processes_per_node=p) for n in (1, 2, 3) for p in (1, 2, 4)]
@@ -73,7 +73,7 @@ def test_the_time_limit_fix_the_fit_check_suggests_does_fit(write_spec, settings
     `--set timeout=5m` was refused again: Slurm's limit is the timeout plus a minute."""
     import re
 
-    from launcher.slurm.fit import check_against_cluster
+    from launcher.backends.slurm.fit import check_against_cluster
 
     cluster = ([{"PartitionName": "short", "Default": "YES", "TotalNodes": "2", "MaxTime": "00:05:00"}], [])
     spec = load_spec(write_spec("name: x\nentrypoint: m:f\n"), overrides=settings)
@@ -86,7 +86,7 @@ def test_the_time_limit_fix_the_fit_check_suggests_does_fit(write_spec, settings
 
 
 def test_what_platform_gpu_needs_on_this_machine():
-    from launcher.runtime.topology import missing_for_gpu
+    from launcher.rank.topology import missing_for_gpu
 
     assert missing_for_gpu(device_files=[], plugins=["jax-cuda12-plugin 0.10.2"]) == (
         "this machine has no NVIDIA GPU (no /dev/nvidia0)")

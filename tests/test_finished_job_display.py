@@ -6,7 +6,7 @@ import json
 from rich.console import Console
 
 from launcher.job_tables import progress_lines
-from launcher.backends.local import LocalJob
+from launcher.backends.local.backend import LocalJob
 from launcher.rundir import RunDirectory
 from launcher.spec import JobSpec
 from launcher.supervisor.report import result_text

@@ -8,7 +8,7 @@ import time
 
 from click.testing import CliRunner
 
-from launcher.backends.local import _start_ticks
+from launcher.backends.local.backend import _start_ticks
 from launcher.cli import main
 from launcher.rundir import RunDirectory
 from launcher.spec import JobSpec

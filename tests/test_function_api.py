@@ -16,7 +16,7 @@ import pytest
 import launcher
 from conftest import jaxlaunch
 from launcher.executor import function_files
-from launcher.runtime.function_job import CALL_RECORD, FunctionVersionError, check_versions
+from launcher.rank.function_job import CALL_RECORD, FunctionVersionError, check_versions
 
 pytestmark = pytest.mark.e2e
 
@@ -187,7 +187,7 @@ def test_with_snapshot_code_edited_after_submit_does_not_reach_the_job(tmp_path,
 
 def test_an_executor_takes_a_spec_file_its_overrides_and_fields_and_ignores_its_entrypoint():
     from conftest import JOBS
-    from launcher.runtime.function_job import ENTRYPOINT
+    from launcher.rank.function_job import ENTRYPOINT
 
     executor = launcher.Executor("local", spec=JOBS / "normalize.yaml", overrides=["processes_per_node=3"],
                                  timeout="10m")

@@ -8,7 +8,7 @@ from click.testing import CliRunner
 
 from launcher.cli import main
 from launcher.rundir import RunDirectory
-from launcher.slurm import index, scheduler
+from launcher.backends.slurm import index; from launcher.backends.slurm import scheduler
 from launcher.spec import JobSpec
 
 RUNNING = scheduler.JobInfo("77", "RUNNING", "RUNNING", False, "0:05", "2", "squeue")

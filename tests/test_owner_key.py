@@ -11,7 +11,7 @@ import pytest
 
 from launcher import owner_key
 from launcher.rundir import RunDirectory
-from launcher.runtime.environment import OWNER_KEY_ENV
+from launcher.environment import OWNER_KEY_ENV
 
 
 @pytest.fixture(autouse=True)
@@ -50,7 +50,7 @@ def test_a_swapped_call_pkl_is_refused_before_it_is_unpickled(tmp_path):
     """Shown end to end before: another user swapped call.pkl in a run directory and ran code as
     the job's owner on every rank."""
     from launcher.executor import function_files
-    from launcher.runtime.function_job import UntrustedCallError, load_call
+    from launcher.rank.function_job import UntrustedCallError, load_call
 
     run_dir = tmp_path / "run"
     for name, data in function_files(max, (1, 2), {}).items():
@@ -74,7 +74,7 @@ def test_a_swapped_call_pkl_is_refused_before_it_is_unpickled(tmp_path):
 
 def test_a_result_pkl_not_signed_by_its_owner_is_not_unpickled(tmp_path):
     from launcher import load_result
-    from launcher.results import UntrustedResultError, write_result
+    from launcher.rundir.results import UntrustedResultError, write_result
 
     run = RunDirectory(tmp_path / "run")
     run.path.mkdir()

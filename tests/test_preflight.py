@@ -1,4 +1,4 @@
-"""Cross-rank preflight (launcher/runtime/preflight.py): ranks that differ stop the job before
+"""Cross-rank preflight (launcher/rank/preflight.py): ranks that differ stop the job before
 its code runs, with the odd rank named. A real MPMD mpirun gives rank 1 another mpi4jax version
 (a PYTHONPATH entry that shadows its package metadata, as another venv on one node would)."""
 
@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 from conftest import JOBS, jaxlaunch
-from launcher.runtime.preflight import compare, format_reports
+from launcher.rank.preflight import compare, format_reports
 
 BASE = {"host": "node1", "python": "/venv/bin/python", "python_version": "3.11.7", "jax": "0.10.2",
         "jaxlib": "0.10.2", "mpi4jax": "0.9.1", "mpi4py": "4.1.2", "numpy": "2.4.6",
@@ -28,7 +28,8 @@ def test_identical_ranks_pass_and_the_report_is_saved(tmp_path):
 
 
 def test_a_rank_with_another_mpi4jax_fails_fast_naming_it(tmp_path):
-    from launcher.launch import find_mpirun, plan_local_run
+    from launcher.backends.local.plan import plan_local_run
+    from launcher.backends.mpirun import find_mpirun
     from launcher.rundir import RunDirectory
     from launcher.spec import load_spec
 
@@ -39,7 +40,7 @@ def test_a_rank_with_another_mpi4jax_fails_fast_naming_it(tmp_path):
     run = RunDirectory.create(spec, tmp_path / "run")
     plan = plan_local_run(spec, run, find_mpirun(), sys.executable, os.geteuid() == 0)
     mpirun, flags = plan.argv[0], [a for a in plan.argv[1:plan.argv.index(sys.executable)] if a not in ("-n", "2")]
-    program = [sys.executable, "-m", "launcher.runtime.bootstrap"]
+    program = [sys.executable, "-m", "launcher.rank.bootstrap"]
     argv = [mpirun, *flags, "-n", "1", *program, ":", "-n", "1", "env", f"PYTHONPATH={shadow}", *program]
     done = subprocess.run(argv, env={**os.environ, **plan.env}, capture_output=True, text=True, timeout=120)
     assert done.returncode != 0
@@ -47,7 +48,7 @@ def test_a_rank_with_another_mpi4jax_fails_fast_naming_it(tmp_path):
     assert not document["ok"]
     assert document["problems"][0] == "mpi4jax: rank 1 has 0.0.1; the others have 0.9.1.post2"
     error = run.rank_error(0).read_text()
-    assert error.startswith("launcher.runtime.preflight.PreflightError: the ranks differ: mpi4jax: rank 1 has 0.0.1; "
+    assert error.startswith("launcher.rank.preflight.PreflightError: the ranks differ: mpi4jax: rank 1 has 0.0.1; "
                             "the others have 0.9.1.post2\n")
     assert "! 0.0.1" in error  # the table marks the odd value
     assert not (run.path / "result.json").exists()

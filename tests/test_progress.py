@@ -1,5 +1,5 @@
-"""ctx.report and what reads it: the rank's buffer (launcher/runtime/progress.py), the lines the
-supervisor appends to metrics.jsonl, and status/progress/metrics on the user side (launcher/progress.py);
+"""ctx.report and what reads it: the rank's buffer (launcher/rank/progress.py), the lines the
+supervisor appends to metrics.jsonl, and status/progress/metrics on the user side (launcher/rundir/metrics.py);
 end to end with a running local job."""
 
 import json
@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from conftest import JOBS, jaxlaunch
-from launcher import progress as user_progress
-from launcher.runtime.progress import ProgressReporter, plain
+from launcher.rundir import metrics as user_progress
+from launcher.rank.progress import ProgressReporter, plain
 
 JAXLAUNCH = str(Path(sys.executable).parent / "jaxlaunch")
 
@@ -230,7 +230,7 @@ def test_a_flood_of_reports_goes_in_chunks_the_supervisor_takes(tmp_path):
     supervisor dropped the rank's connection (seen in jobs/bench_progress.py)."""
     from launcher import control
     from launcher.rundir import RunDirectory
-    from launcher.runtime import progress as rank_progress
+    from launcher.rank import progress as rank_progress
 
     run = RunDirectory(tmp_path / "run")
     run.logs.mkdir(parents=True)

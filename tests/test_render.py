@@ -12,7 +12,7 @@ import jinja2
 import pytest
 import yaml
 
-from launcher.slurm.render import _template, quote_sbatch, render_batch_script
+from launcher.backends.slurm.render import _template, quote_sbatch, render_batch_script
 from launcher.spec import load_spec
 
 pytestmark = pytest.mark.usefixtures("job_modules")  # the cases' entrypoint modules must exist
@@ -135,7 +135,7 @@ def test_templates_ship_in_a_non_editable_install(tmp_path):
     target = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(target),
                     str(wheel)], check=True, timeout=300)
-    probe = ("import launcher, sys; from launcher.slurm.render import _template; "
+    probe = ("import launcher, sys; from launcher.backends.slurm.render import _template; "
              "assert launcher.__file__.startswith(sys.argv[1]), launcher.__file__; "
              "print(_template().render(version='v', job_name='j', directives=[], setup=[], exports=[], launch_line='L'))")
     out = subprocess.run([sys.executable, "-c", probe, str(target)], capture_output=True, text=True, check=True,
@@ -192,7 +192,7 @@ def test_extra_option_values_may_hold_spaces_and_stay_one_argument(write_spec, t
 def test_a_setup_here_document_left_open_is_refused(write_spec, tmp_path):
     """`cat <<EOF` swallowed the launch line: the job started, ran setup, and never launched."""
     from launcher.errors import SpecError
-    from launcher.slurm.submission import check_bash_syntax
+    from launcher.backends.slurm.submission import check_bash_syntax
 
     open_doc = load_spec(write_spec('name: x\nentrypoint: m:f\nsetup: ["cat <<EOF > notes.txt", "hello"]\n'))
     script = render_batch_script(open_doc, run_dir=tmp_path, workdir=tmp_path, python="python", mpirun="mpirun")
@@ -207,7 +207,7 @@ def test_a_setup_here_document_left_open_is_refused(write_spec, tmp_path):
 def test_render_prints_byte_for_byte_what_submit_writes(write_spec, tmp_path):
     """click strips escape sequences from output that is not a terminal: render showed a script
     without the ESC characters the submitted one had."""
-    from launcher.slurm.submission import render_for_submission
+    from launcher.backends.slurm.submission import render_for_submission
 
     spec_path = write_spec('name: x\nentrypoint: m:f\nslurm: {launch: srun}\nenv: {COLOUR: "\\e[31mred\\e[0m"}\n')
     shown = _render_cli(spec_path, "--run-dir", tmp_path / "run")

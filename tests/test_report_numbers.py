@@ -11,11 +11,11 @@ import pytest
 from click.testing import CliRunner
 
 from launcher import control
-from launcher import progress as user_progress
+from launcher.rundir import metrics as user_progress
 from launcher.cli import main
 from launcher.goodput import goodput
 from launcher.rundir import RunDirectory
-from launcher.runtime.progress import ProgressReporter
+from launcher.rank.progress import ProgressReporter
 from launcher.spec import JobSpec
 
 

@@ -9,10 +9,10 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from launcher.results import PLAIN_SCALARS, encode_result, load_result, write_result
+from launcher.rundir.results import PLAIN_SCALARS, encode_result, load_result, write_result
 from launcher.rundir import RunDirectory
 
-PICKLE_FILE = "result.pkl"  # documented in launcher/results.py (and so in docs/reference/files.md)
+PICKLE_FILE = "result.pkl"  # documented in launcher/rundir/results.py (and so in docs/reference/files.md)
 
 
 def same(a, b) -> bool:
@@ -120,7 +120,7 @@ def test_documented_markers_in_result_json(tmp_path):
 def test_a_value_json_cannot_hold_is_kept_with_pickle_and_said_so(tmp_path, caplog):
     run = RunDirectory(tmp_path)
     value = {"loss": 0.5, "weights": np.ones(3), "seen": {1, 2}, "deep": [frozenset("a")]}
-    with caplog.at_level(logging.WARNING, logger="launcher.results"):
+    with caplog.at_level(logging.WARNING, logger="launcher.rundir.results"):
         warnings = write_result(run, value)
     assert warnings == [f"result.json cannot hold result.seen (set), result.deep[0] (frozenset); the whole "
                         f"result is kept in {tmp_path / PICKLE_FILE} (launcher.load_result reads it)"]

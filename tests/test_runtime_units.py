@@ -7,10 +7,10 @@ import stat
 import numpy as np
 import pytest
 
-from launcher.results import encode_result, load_result, write_result
+from launcher.rundir.results import encode_result, load_result, write_result
 from launcher.rundir import RunDirectory, atomic_write_bytes
-from launcher.runtime.bootstrap import load_entrypoint
-from launcher.runtime.topology import (EMULATED_PPN, cpu_device_flags, device_environment,
+from launcher.rank.bootstrap import load_entrypoint
+from launcher.rank.topology import (EMULATED_PPN, cpu_device_flags, device_environment,
                                        local_rank_from_env, node_index_from_local_ranks, visible_gpus)
 
 
@@ -149,15 +149,15 @@ class TestBootstrapPieces:
     def test_devices_are_bound_by_local_rank_not_global_rank(self):
         from types import SimpleNamespace
 
-        from launcher.runtime.bootstrap import setup_devices
-        from launcher.runtime.topology import Topology
+        from launcher.rank.bootstrap import setup_devices
+        from launcher.rank.topology import Topology
 
         spec = SimpleNamespace(platform="gpu", devices_per_process=2)
         topology = Topology(rank=5, size=8, local_rank=1, local_size=4, node_index=1, num_nodes=2)
         assert setup_devices(spec, topology, {})["CUDA_VISIBLE_DEVICES"] == "2,3"
 
     def test_exception_summary_is_the_exception_not_a_note(self):
-        from launcher.runtime.bootstrap import exception_summary
+        from launcher.rank.bootstrap import exception_summary
 
         error = TypeError("shapes do not match\nsecond line")
         error.add_note("For simplicity, JAX has removed its internal frames from the traceback")
@@ -177,7 +177,7 @@ class TestCollectiveTracker:
             return self.ready
 
     def test_pending_until_the_latest_output_is_ready(self):
-        from launcher.runtime.monitor import CollectiveTracker
+        from launcher.rank.monitor import CollectiveTracker
 
         tracker = CollectiveTracker()
         assert tracker.oldest_waiting() is None
@@ -193,7 +193,7 @@ class TestCollectiveTracker:
 
     def test_the_first_collective_is_pending_while_its_dispatch_blocks(self):
         """Its first call compiles, and on the CPU it runs inline: no output exists yet."""
-        from launcher.runtime.monitor import CollectiveTracker
+        from launcher.rank.monitor import CollectiveTracker
 
         tracker = CollectiveTracker()
         tracker.start("allreduce")
@@ -202,7 +202,7 @@ class TestCollectiveTracker:
         assert tracker.oldest_waiting()[:2] == (1, "allreduce")
 
     def test_a_collective_in_its_dispatch_is_pending_though_the_one_before_finished(self):
-        from launcher.runtime.monitor import CollectiveTracker
+        from launcher.rank.monitor import CollectiveTracker
 
         tracker = CollectiveTracker()
         tracker.dispatched(tracker.start("allreduce"), "allreduce", self.Output(ready=True))
@@ -214,7 +214,7 @@ class TestCollectiveTracker:
         assert tracker.completed() == 1
 
     def test_a_blocking_call_after_an_unfinished_asynchronous_one_waits_for_it(self):
-        from launcher.runtime.monitor import CollectiveTracker
+        from launcher.rank.monitor import CollectiveTracker
 
         tracker = CollectiveTracker()
         first = self.Output()
@@ -228,7 +228,7 @@ class TestCollectiveTracker:
         assert tracker.oldest_waiting() is None and tracker.completed() == 2
 
     def test_blocking_call_is_pending_between_enter_and_leave(self):
-        from launcher.runtime.monitor import CollectiveTracker
+        from launcher.rank.monitor import CollectiveTracker
 
         tracker = CollectiveTracker()
         seq = tracker.start("barrier")
@@ -238,7 +238,7 @@ class TestCollectiveTracker:
         assert tracker.oldest_waiting() is None
 
     def test_a_busy_stream_of_collectives_does_not_look_like_a_hang(self, monkeypatch):
-        import launcher.runtime.monitor as monitor
+        import launcher.rank.monitor as monitor
 
         clock = [0.0]
         monkeypatch.setattr(monitor.time, "monotonic", lambda: clock[0])

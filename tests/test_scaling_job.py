@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from conftest import JOBS, jaxlaunch
-from launcher.results import write_result
+from launcher.rundir.results import write_result
 from launcher.rundir import RunDirectory, atomic_write_json
 
 REPORT = JOBS / "scaling_report.py"

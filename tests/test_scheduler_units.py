@@ -5,7 +5,7 @@ from click.testing import CliRunner
 
 from launcher.cli import main
 from launcher.errors import SchedulerError
-from launcher.slurm import scheduler
+from launcher.backends.slurm import scheduler
 
 
 @pytest.mark.parametrize("slurm_state, expected", [

@@ -90,7 +90,7 @@ def test_an_srun_job_submits_and_runs_from_a_login_node_without_mpirun(slurm_env
 
     def no_mpirun():
         raise UsageError("mpirun not found")
-    monkeypatch.setattr("launcher.slurm.submission.find_mpirun", no_mpirun)
+    monkeypatch.setattr("launcher.backends.slurm.submission.find_mpirun", no_mpirun)
     job = launcher.submit(JOBS / "normalize.yaml", overrides=["nodes=2", "slurm.launch=srun"],
                           run_dir=tmp_path / "run")
     assert job.wait(timeout=180) == "COMPLETED", job.logs()

@@ -26,7 +26,7 @@ def test_normalize_on_two_nodes_in_a_charliecloud_image(slurm_env, charliecloud_
     launch_line = (run_dir / "job.sbatch").read_text().splitlines()[-1]
     binds = " ".join(f"--bind={path}:{path}" for path in sorted([str(run_dir), str(ROOT)]))  # in path order
     assert launch_line.endswith(f" ch-run {binds} --cd={ROOT} "
-                                f"{charliecloud_image} -- /opt/venv/bin/python -P -m launcher.runtime.bootstrap")
+                                f"{charliecloud_image} -- /opt/venv/bin/python -P -m launcher.rank.bootstrap")
     preflight = json.loads((run_dir / "preflight.json").read_text())
     assert preflight["ok"] and [r["rank"] for r in preflight["ranks"]] == [0, 1]
     assert {(r["python"], r["jaxlaunch"]) for r in preflight["ranks"]} == {("/opt/venv/bin/python", "0.1.0")}

@@ -102,7 +102,7 @@ def test_sweep_with_an_invalid_value_submits_nothing(slurm_env, tmp_path):
 
 
 def test_max_array_size_is_read_from_the_cluster(slurm_env, monkeypatch):
-    from launcher.sweeps.array import max_array_size
+    from launcher.backends.slurm.array import max_array_size
 
     for key, value in slurm_env.items():
         monkeypatch.setenv(key, value)
@@ -121,7 +121,7 @@ def test_a_sweep_in_several_arrays_by_resources_and_size_runs_every_task(slurm_e
 
     from launcher import load_result
     from launcher.cli import main
-    from launcher.sweeps import array
+    from launcher.backends.slurm import array
 
     for key, value in slurm_env.items():
         monkeypatch.setenv(key, value)

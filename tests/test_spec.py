@@ -267,7 +267,7 @@ def test_slurm_time_is_d_hh_mm_ss_rounded_up_to_whole_minutes(seconds, slurm):
 
 
 def test_durations_in_the_spec_and_on_the_sbatch_line(write_spec, tmp_path):
-    from launcher.slurm.render import sbatch_directives
+    from launcher.backends.slurm.render import sbatch_directives
 
     spec = load_spec(write_spec("name: x\nentrypoint: m:f\ntimeout: 1-12\ncollective_timeout: '05:30'\n"
                                 "slurm: {time: '1-12:30', checkpoint_notice: 2m}\n"))
@@ -392,7 +392,7 @@ def test_choices_and_optional_null():
 
 def test_slurm_extra_directives_and_requeue_line(tmp_path):
     from launcher.spec import InvalidRecord, JobSpec
-    from launcher.slurm.render import sbatch_directives
+    from launcher.backends.slurm.render import sbatch_directives
 
     spec = JobSpec.from_dict({"name": "x", "entrypoint": "m:f", "slurm": {"extra": ["--mem=8G", "-C gpu"]}})
     assert spec.slurm.extra == ["--mem=8G", "-C gpu"]
@@ -440,7 +440,7 @@ def test_a_section_takes_its_own_record_or_a_mapping_only():
 def test_jax_distributed_timeout_is_a_duration_passed_to_jax(write_spec, monkeypatch):
     spec = load_spec(write_spec("name: x\nentrypoint: m:f\njax_distributed: true\njax_distributed_timeout: 20m\n"))
     assert spec.jax_distributed_timeout == 1200
-    from launcher.runtime import bootstrap
+    from launcher.rank import bootstrap
 
     calls = []
 

@@ -300,7 +300,7 @@ def load_or_spec_error(text: str, sets: list[str]):
 def test_any_document_and_overrides_give_a_spec_or_a_spec_error(text, sets):
     spec = load_or_spec_error(text, sets)
     if spec is not None:
-        from launcher.slurm.render import render_batch_script
+        from launcher.backends.slurm.render import render_batch_script
         script = render_batch_script(spec, run_dir=WORK / "run", workdir=WORK, python=sys.executable,
                                      mpirun="/opt/mpirun", is_root=False)
         script.encode("utf-8")  # writable
@@ -341,7 +341,7 @@ def stubs():
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("PATH", f"{folder}{os.pathsep}{os.environ['PATH']}")
         patch.setenv("JAXLAUNCH_HOME", str(WORK / "home"))
-        patch.setattr("launcher.slurm.submission.find_mpirun", lambda: str(folder / "mpirun"))
+        patch.setattr("launcher.backends.slurm.submission.find_mpirun", lambda: str(folder / "mpirun"))
         yield record
 
 
@@ -350,7 +350,7 @@ def stubs():
                                                        if _finite(d) else ""),
        sets=st.lists(tame_overrides, max_size=3))
 def test_valid_specs_render_scripts_that_run_no_payload(stubs, spec_text, sets):
-    from launcher.slurm.submission import submit_job
+    from launcher.backends.slurm.submission import submit_job
     spec = load_or_spec_error(spec_text, sets)  # JSON is YAML 1.2
     if spec is None or not set(spec.setup) <= set(SAFE_SETUP):
         return  # setup lines are shell by design; --set may have put anything there

@@ -49,7 +49,7 @@ def test_a_staging_buffer_still_held_by_a_result_is_not_reused(monkeypatch):
     from mpi4py import MPI
 
     import launcher
-    from launcher import collectives
+    from launcher.rank import collectives
 
     monkeypatch.setattr(collectives, "_put", lambda aval, sharding, values, devices, committed, copy: values[0])
     monkeypatch.setattr(collectives, "_STAGING", {})

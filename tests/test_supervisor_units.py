@@ -19,11 +19,12 @@ import pytest
 
 from launcher import control
 from launcher.rundir import RunDirectory
-from launcher.runtime import monitor, preemption
-from launcher.runtime.environment import RUN_DIR_ENV
+from launcher.rank import monitor, preemption
+from launcher.environment import RUN_DIR_ENV
 from launcher.spec import JobSpec
 from launcher.spec.model import SlurmSpec
-from launcher.supervisor import requeue, root_cause
+from launcher.backends.slurm import requeue
+from launcher.supervisor import root_cause
 from launcher.supervisor.supervise import Outcome, Supervisor, describe_outcome, exit_code_for
 
 supervise = importlib.import_module("launcher.supervisor.supervise")  # the package exports a function by that name
@@ -840,7 +841,7 @@ def test_a_second_node_exclusion_keeps_the_nodes_excluded_by_earlier_requeues(fa
     """Issue 29: the job was requeued once without node1; now node3 fails the health check. The
     requeue must leave both behind (and keep node9, excluded at submission): status.json, the
     event and the one `scontrol update ExcNodeList=...`."""
-    from launcher.supervisor import nodes
+    from launcher.backends.slurm import nodes
 
     spec = JobSpec(name="units", entrypoint="job.py:main", processes_per_node=2,
                    slurm=SlurmSpec(max_requeues=3, health_check="true"))

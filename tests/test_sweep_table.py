@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from launcher.errors import UsageError
-from launcher.results import write_result
+from launcher.rundir.results import write_result
 from launcher.rundir import RunDirectory, atomic_write_json
 from launcher.sweeps.directory import read_sweep
 from launcher.sweeps.metrics import best, plot

@@ -13,10 +13,10 @@ from click.testing import CliRunner
 from conftest import JOBS, jaxlaunch
 from launcher.cli import main
 from launcher.errors import SpecError
-from launcher.slurm import scheduler
-from launcher.slurm.render import render_array_script
+from launcher.backends.slurm import scheduler
+from launcher.backends.slurm.render import render_array_script
 from launcher.spec import JobSpec, load_spec
-from launcher.sweeps.array import plan_arrays
+from launcher.backends.slurm.array import plan_arrays
 from launcher.sweeps.directory import SweepDirectory, task_folder
 from launcher.sweeps.plan import expand_range, load_job_or_sweep
 
@@ -377,7 +377,7 @@ def stub_slurm(monkeypatch, tmp_path):
 
 
 def _submitted_sweep(spec_file, tmp_path, max_parallel=2, flags=("params.seed=range(5)",), **slurm):
-    from launcher.sweeps.array import submit_sweep
+    from launcher.backends.slurm.array import submit_sweep
 
     sweep = load_job_or_sweep(spec_file(), [], list(flags))
     directory = SweepDirectory.create(sweep, tmp_path / "sw", backend="slurm")
@@ -387,7 +387,7 @@ def _submitted_sweep(spec_file, tmp_path, max_parallel=2, flags=("params.seed=ra
 
 
 def test_a_split_sweeps_tasks_have_their_own_arrays_index_from_0(spec_file, tmp_path, stub_slurm):
-    from launcher.backends.slurm import sweep_dir_of
+    from launcher.backends.slurm.backend import sweep_dir_of
 
     fake = stub_slurm()
     directory, ids, echoed = _submitted_sweep(spec_file, tmp_path)
@@ -448,7 +448,7 @@ def test_no_throttle_and_the_default_max_array_size(spec_file, tmp_path, stub_sl
     ("AccountingStorageType = x\nMaxArraySize = 1\n", 1), ("MaxJobCount = 7\n", 1001), ("", 1001),
 ])
 def test_max_array_size_from_scontrol(monkeypatch, config, size):
-    from launcher.sweeps.array import max_array_size
+    from launcher.backends.slurm.array import max_array_size
 
     monkeypatch.setattr(scheduler, "call_slurm", lambda argv, **kw: config)
     assert max_array_size() == size
@@ -479,7 +479,7 @@ def test_a_refused_array_marks_only_its_tasks_and_keeps_the_submitted_ones(spec_
 
 def test_task_states_from_squeue_then_each_tasks_own_status(spec_file, tmp_path, stub_slurm):
     from launcher.rundir import RunDirectory
-    from launcher.sweeps.status import all_finished, count_states, summary_line, task_states
+    from launcher.backends.slurm.array_status import all_finished, count_states, summary_line, task_states
 
     fake = stub_slurm()
     directory, _, _ = _submitted_sweep(spec_file, tmp_path)

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from launcher.cli import main
 from launcher.rundir import RunDirectory
-from launcher.slurm import index, scheduler
+from launcher.backends.slurm import index; from launcher.backends.slurm import scheduler
 from launcher.spec import JobSpec
 
 SLURM_COMMANDS = ("sbatch", "squeue", "scontrol", "scancel", "sacct", "sinfo")

@@ -8,7 +8,7 @@ two clock reads and a few stores). One process, no mpirun:
 import statistics, time
 import jax.numpy as jnp
 import launcher
-from launcher.runtime import monitor
+from launcher.rank import monitor
 
 x = jnp.ones(2, jnp.float32)
 Tracker = monitor.CollectiveTracker

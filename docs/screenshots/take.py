@@ -25,7 +25,7 @@ SHOTS = [
     ("reference-cli.png", "reference/cli/", "jaxlaunch-explain", 1300),
     ("reference-files.png", "reference/files/", None, 1500),
     ("reference-api.png", "reference/api/", None, 1300),
-    ("reference-api-load-result.png", "reference/api/", "launcher.results.load_result", 1300),
+    ("reference-api-load-result.png", "reference/api/", "launcher.rundir.results.load_result", 1300),
     ("reference-spec.png", "reference/spec/", None, 1600),
 ]
 # Hides, at every level from the section up to the page's <article>, what comes before it.

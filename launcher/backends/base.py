@@ -13,7 +13,6 @@ from pathlib import Path
 
 from ..errors import JobFailedError, UnknownJobError, UsageError
 from ..rundir import RunDirectory
-from ..slurm.index import jobs_index
 from ..states import JobState, StatusRecord
 
 FIRST_POLL, MAX_POLL, BACKOFF = 0.5, 10.0, 1.5
@@ -44,9 +43,9 @@ class Job(ABC):
         """The job's state now."""
 
     def progress(self):
-        """How far the job has got (launcher.progress.Progress: step, total, steps_per_second,
+        """How far the job has got (launcher.rundir.metrics.Progress: step, total, steps_per_second,
         eta_seconds, metrics, rank_step_seconds), from its ctx.report calls; None before the first."""
-        from ..progress import progress
+        from ..rundir.metrics import progress
 
         return None if self.run is None else progress(self.run.path)
 
@@ -60,16 +59,13 @@ class Job(ABC):
         return goodput(self.run.path)
 
     def no_run_dir_message(self) -> str:
-        """Why a job without a run directory has no records to read (a Slurm job that jaxlaunch did
-        not submit from this account), and the fix."""
-        return (f"job {self.id} has no run directory that jaxlaunch knows: it was not submitted by jaxlaunch "
-                f"from this account (index: {jobs_index()}).\n  fix: name its run directory (RUN_DIR) instead "
-                f"of the id, if it has one.")
+        """Why this job has no run directory, so no records to read, and the fix."""
+        return f"job {self.id} has no run directory that jaxlaunch knows.\n  fix: name its run directory (RUN_DIR) instead."
 
     def metrics(self, as_frame: bool = False):
         """Every report of rank 0: [{'step', 'time', **metrics}], oldest first (over restarts); with
         `as_frame=True` a pandas DataFrame (pandas is not a dependency: install it to use this)."""
-        from ..progress import metrics
+        from ..rundir.metrics import metrics
 
         rows = [] if self.run is None else metrics(self.run.path)
         if as_frame:
@@ -120,7 +116,7 @@ class Job(ABC):
         """What the entrypoint returned on rank 0, once the job has ended (waits for it). A job
         that did not complete raises JobFailedError with its state and root cause, even when
         rank 0 wrote its value before another rank failed."""
-        from ..results import load_result
+        from ..rundir.results import load_result
 
         state = self.wait(timeout)
         if state != JobState.COMPLETED or self.run is None or not self.run.result_file.exists():

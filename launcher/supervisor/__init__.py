@@ -9,7 +9,7 @@
 - `__main__.py`: `python -m launcher.supervisor RUN_DIR -- LAUNCH...`, what batch scripts run.
 
 The ranks' half (collective tracking, stack dumps, the watchdog thread) lives in
-launcher/runtime/monitor.py; the two talk through the control channel (launcher/control.py).
+launcher/rank/monitor.py; the two talk through the control channel (launcher/control.py).
 """
 
 from .report import describe_outcome, result_text

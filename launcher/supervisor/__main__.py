@@ -8,7 +8,7 @@ import sys
 import time
 
 from ..rundir import RunDirectory
-from .requeue import slurm_job_id
+from ..backends.slurm.requeue import slurm_job_id
 from .supervise import describe_outcome, supervise
 
 

@@ -11,7 +11,7 @@ import signal
 import time
 from pathlib import Path
 
-from ..runtime.environment import RUN_DIR_ENV
+from ..environment import RUN_DIR_ENV
 
 
 def _environ(pid: int) -> dict[bytes, bytes]:

@@ -62,7 +62,7 @@ def _described(value) -> str:
     """'<list of 500 items: see result.json>' for a value too long to show."""
     if isinstance(value, list):
         what = f"list of {len(value)} items"
-    elif isinstance(value, dict) and "__ndarray__" in value:  # launcher/results.py's array marker
+    elif isinstance(value, dict) and "__ndarray__" in value:  # launcher/rundir/results.py's array marker
         what = f"array {value.get('dtype', '')}{list(value.get('shape', []))}"
     elif isinstance(value, dict):
         what = f"{len(value)} keys"

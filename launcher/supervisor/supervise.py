@@ -12,7 +12,7 @@ SIGUSR2 is a preemption notice, not a stop: it is passed to every rank over the 
 which checkpoint and return at their next agreed `ctx.should_stop()`; the run then ends PREEMPTED
 (locally) or requeues itself (in a Slurm job; see requeue.py).
 Before a stop it asks every rank for its stacks and state (over the control channel, launcher/control.py,
-answered by each rank's monitor thread; see launcher/runtime/monitor.py), then ends the launcher's process group and
+answered by each rank's monitor thread; see launcher/rank/monitor.py), then ends the launcher's process group and
 any process of the job that is left on this machine. It writes failure.json and status.json, and
 restarts the whole job up to `max_restarts` times after a failure.
 """
@@ -31,11 +31,12 @@ from dataclasses import dataclass
 from ..control import ControlServer, PreemptNotice, StopRequest, control_host, left_early
 from ..rundir import RunDirectory, atomic_write_json
 from ..owner_key import owner_key
-from ..runtime.environment import ATTEMPT_ENV, OWNER_KEY_ENV
+from ..environment import ATTEMPT_ENV, OWNER_KEY_ENV
 from ..spec import JobSpec
 from ..states import CANCEL_EVENT, EXIT_COMPLETED, EXIT_FAILED, EXIT_PREEMPTED, EXIT_TIMEOUT, JobState
 from .. import stragglers
-from . import nodes, requeue, root_cause
+from ..backends.slurm import nodes, requeue
+from . import root_cause
 from .processes import kill_job_processes
 from .report import describe_outcome, result_text, write_to_stderr
 

@@ -3,7 +3,7 @@
     sweep.json          the sweep: its spec, swept keys, and every task's values (and, on Slurm,
                         its job id and the arrays)
     task-000/ ...       each configuration's run directory (spec.json, logs/, status.json,
-                        result.json: see launcher/rundir.py)
+                        result.json: see launcher/rundir/__init__.py)
     logs/               Slurm's output of each array task (slurm-%A_%a.out)
     array-K.sbatch      the script of Slurm job array K
     results.csv/.json   what `jaxlaunch results` collected last

@@ -125,7 +125,7 @@ def plot_curves(sweep_dir, metric: str, path):
     task's swept values."""
     from matplotlib.figure import Figure
 
-    from ..progress import metrics
+    from ..rundir.metrics import metrics
     from .directory import SweepDirectory
 
     directory = SweepDirectory(sweep_dir)

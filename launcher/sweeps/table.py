@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..results import load_result
+from ..rundir.results import load_result
 from ..rundir import RunDirectory, atomic_write_bytes
 from .directory import SweepDirectory
 

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from launcher.runtime.checkpoints import Checkpoints
+from launcher.rank.checkpoints import Checkpoints
 
 
 def reference(step=1):

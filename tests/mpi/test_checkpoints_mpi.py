@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from launcher.runtime.checkpoints import CheckpointError, Checkpoints, storage
+from launcher.rank.checkpoints import CheckpointError, Checkpoints, storage
 
 pytestmark = pytest.mark.mpi
 
@@ -145,7 +145,7 @@ def test_wait_counts_as_one_collective_on_every_rank_finished_or_not(comm, share
     was still going on would make them differ by a race."""
     import time
 
-    from launcher.runtime.tracker import TRACKER
+    from launcher.rank.tracker import TRACKER
 
     checkpoints = Checkpoints(shared_dir, rank=comm.Get_rank(), comm=comm)
     checkpoints.save(1, {"x": np.zeros(3)})

@@ -201,7 +201,7 @@ def transport_path(request, monkeypatch):
     """Run a test over every way a leaf can travel: staged through host memory (mpi4py, the CPU's
     default for arrays on the first device), and the device path with mpi4jax's FFI target (fast)
     or its public ordered op."""
-    from launcher import collectives, transport
+    from launcher.rank import collectives; from launcher.rank.collectives import transport
     if request.param != "staged":
         monkeypatch.setattr(collectives, "STAGED", False)
     if request.param == "ordered":
@@ -255,7 +255,7 @@ def test_fast_path_refuses_a_multi_device_computation():
     if n_local() < 2:
         pytest.skip("needs 2 local devices (XLA_FLAGS=--xla_force_host_platform_device_count=2)")
     from mpi4py import MPI
-    from launcher import transport
+    from launcher.rank.collectives import transport
     mesh = Mesh(np.array(jax.local_devices()), ("d",))
     x = jax.device_put(jnp.ones(4), NamedSharding(mesh, PartitionSpec("d")))
     with pytest.raises(NotImplementedError, match="must run in a single-device computation"):
@@ -394,7 +394,7 @@ def _mixed_tree(rank):
 def test_staged_results_match_the_device_path_leaf_for_leaf(world, op, monkeypatch):
     """The staged path and the device path (which the tests above check against NumPy) must give
     the same value, dtype, type and placement for every kind of leaf."""
-    from launcher import collectives
+    from launcher.rank import collectives
     rank, _ = world
     tree = _mixed_tree(rank)
     assert collectives._staged_signature(jax.tree_util.tree_leaves(tree)) is not None
@@ -497,7 +497,7 @@ def test_broadcast_of_every_kind_of_leaf(world):
 def test_a_staged_collective_is_tracked_as_one_blocking_call(world):
     """The watchdog sees a staged allreduce or broadcast as one collective, pending only inside MPI
     (waiting for the inputs to be computed is no hang)."""
-    from launcher.runtime.tracker import TRACKER
+    from launcher.rank.tracker import TRACKER
     seen = []
     enter = TRACKER.enter
     def spy(seq, name):
@@ -519,7 +519,7 @@ def test_a_staged_collective_is_tracked_as_one_blocking_call(world):
 def test_one_array_matches_the_device_path(world, dtype, shape, monkeypatch):
     """A lone array (a loss, a count, a packed buffer) takes a short cut: it must give what the device
     path gives, for every op, and its broadcast what the root had."""
-    from launcher import collectives
+    from launcher.rank import collectives
     rank, size = world
     value = lambda r: (jnp.arange(math.prod(shape)).reshape(shape) % 7 + r).astype(dtype)
     x = value(rank)

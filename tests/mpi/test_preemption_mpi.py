@@ -7,8 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from launcher.runtime import preemption
-from launcher.runtime.checkpoints import CheckpointError, Checkpoints
+from launcher.rank import preemption
+from launcher.rank.checkpoints import CheckpointError, Checkpoints
 
 pytestmark = pytest.mark.mpi
 

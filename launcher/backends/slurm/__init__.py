@@ -1,0 +1,20 @@
+"""The Slurm backend: everything jaxlaunch knows about Slurm lives in this package. Code outside
+it uses only what this file exports (the `Backend` seam, launcher/backends/base.py);
+tests/test_layout.py checks that nothing imports the modules below from outside.
+
+  backend.py       SlurmBackend and SlurmJob: sbatch a rendered script, follow and cancel the job
+  scheduler.py     the one wrapper that runs every Slurm command, its parsers, the state table, and
+                   the batched query (`query_jobs`: at most three commands for any number of jobs)
+  render.py        batch and array scripts from the templates in slurm/ (pure functions)
+  submission.py    render + `bash -n` check + sbatch + the index entry, for one job
+  index.py         jaxlaunch's job id -> run directory index (~/.jaxlaunch/jobs)
+  fit.py           does a request fit the cluster's partitions and nodes (submit's check, explain)
+  array.py         a sweep as one job array; array_status.py: its tasks' states
+  allocation.py    the in-job side: what the supervisor inside a batch job asks of Slurm
+  requeue.py       a preempted or cancelled job: classify the notice, count requeues, requeue
+  nodes.py         the allocation's nodes: lost nodes, the health check
+"""
+
+from .backend import SlurmBackend, SlurmJob
+
+__all__ = ["SlurmBackend", "SlurmJob"]

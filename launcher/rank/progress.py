@@ -1,0 +1,87 @@
+"""`ctx.report(step, total=..., **metrics)`: the job says how far it has got.
+
+The call only appends to a list (no collective, no I/O, no device sync: a jax scalar is kept as it
+is and converted later, step included: a NumPy or JAX step becomes a Python int in `take`). Every FLUSH_SECONDS the rank's monitor thread (monitor.py) takes what
+was reported and sends it to the supervisor over the control channel (rank 0 every 0.2 s), which appends it to
+RUN_DIR/metrics.jsonl (launcher/control.py): rank 0's metrics, one line per report, and each rank's
+step time, one line per rank per flush. The rest is flushed when main returns. Lines are appended,
+so they survive restarts and requeues; the user side reads them (launcher/rundir/metrics.py).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+
+FLUSH_SECONDS = 2.0
+CHUNK = 1000  # reports per message: a job reporting very fast still sends lines the supervisor takes
+
+
+def plain(value):
+    """A metric as JSON: numbers, strings, bools; a one-element array as its number; else its repr."""
+    if isinstance(value, (bool, int, float, str)) or value is None:
+        return value
+    try:
+        import numpy as np
+
+        array = np.asarray(value)  # a jax array: waits for it here, in the monitor thread
+        if array.size == 1:
+            return array.item()
+        if array.size <= 16:
+            return array.tolist()
+    except Exception:  # noqa: BLE001  (a metric must never take the rank down)
+        pass
+    return repr(value)
+
+
+def plain_number(value):
+    """A step or total as a Python int (a float if it is not whole): NumPy and JAX integers, 0-d
+    arrays and one-element arrays become JSON numbers, not strings (a Flax TrainState.step is a JAX
+    integer). Anything else is returned as it is."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return int(value)
+    number = plain(value)
+    if isinstance(number, float) and number.is_integer():
+        return int(number)
+    return number if isinstance(number, (int, float)) and not isinstance(number, bool) else value
+
+
+class ProgressReporter:
+    """One per rank. `report` from the job's thread, `take` from the monitor thread."""
+
+    def __init__(self, rank: int):
+        self.rank = rank
+        self.total: int | None = None
+        self._reports: deque = deque()  # append and popleft are thread-safe
+        self._previous: tuple[int, float] | None = None  # (step, time) of the last report sent
+
+    def report(self, step: int, total: int | None = None, **metrics) -> None:
+        self._reports.append((step, time.time(), total, metrics if self.rank == 0 else None))
+
+    def take(self) -> dict | None:
+        """The 'progress' message for (at most CHUNK of) what was reported since the last call, or
+        None; call again while `pending`."""
+        # Rank 0 sends its reports (CHUNK at a time); the others only their step time.
+        count = min(CHUNK, len(self._reports)) if self.rank == 0 else len(self._reports)
+        # Here, in the monitor thread, a JAX step is waited for and becomes a Python number.
+        reports = [(plain_number(step), at, total, metrics)
+                   for step, at, total, metrics in (self._reports.popleft() for _ in range(count))]
+        if not reports:
+            return None
+        for _, _, total, _ in reports:
+            if total is not None:
+                self.total = int(plain_number(total))
+        step, at = reports[-1][0], reports[-1][1]
+        first_step, first_at = self._previous or (reports[0][0], reports[0][1])
+        self._previous = (step, at)
+        steps = step - first_step
+        message = {"step": step, "time": at, "total": self.total,
+                   "step_seconds": (at - first_at) / steps if steps > 0 else None}
+        if self.rank == 0:
+            message["reports"] = [{"step": s, "time": t, "metrics": {k: plain(v) for k, v in m.items()}}
+                                  for s, t, _, m in reports]
+        return message
+
+    @property
+    def pending(self) -> bool:
+        return bool(self._reports)

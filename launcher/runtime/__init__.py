@@ -1,4 +1,0 @@
-"""Code that runs inside each rank. Kept small, imported late, and independent of the CLI.
-
-`python -m launcher.runtime.bootstrap` is what mpirun or srun starts on every rank.
-"""
