@@ -1,0 +1,104 @@
+"""The in-job side of the Slurm backend: what the supervisor inside a batch job asks of Slurm
+(where the ranks reach it, which nodes failed, what a notice or a cancel leads to, the requeue).
+The supervisor (launcher/supervisor/supervise.py) is given a `SlurmAllocation` and never names
+Slurm itself."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+
+from ...errors import SchedulerError
+from ...rundir import atomic_write_json
+from ...states import JobState
+from ...supervisor import root_cause
+from ..base import Allocation
+from . import nodes, requeue, scheduler
+
+
+class SlurmAllocation(Allocation):
+    backend = "slurm"
+
+    def __init__(self, job_id: str):
+        self.job_id = job_id
+
+    @classmethod
+    def here(cls, env=os.environ) -> "SlurmAllocation | None":
+        """The allocation of the batch job this process runs in (None outside one)."""
+        job_id = requeue.slurm_job_id(env)
+        return None if job_id is None else cls(job_id)
+
+    def default_control_host(self, env) -> str:
+        """The batch node's NodeAddr (what the other nodes reach it by), else its hostname's address."""
+        node = env.get("SLURMD_NODENAME")
+        if not node:
+            return "127.0.0.1"
+        try:
+            for word in scheduler.call_slurm(["scontrol", "show", "node", "--oneliner", node], timeout=20).split():
+                if word.startswith("NodeAddr="):
+                    return socket.gethostbyname(word.partition("=")[2])
+        except (SchedulerError, OSError):
+            pass
+        try:
+            return socket.gethostbyname(socket.gethostname())
+        except OSError:
+            return "127.0.0.1"
+
+    def failing_nodes(self, spec, run, echo) -> dict[str, str]:
+        command = spec.slurm.health_check
+        allocated = nodes.allocated_nodes() if command else []
+        if not allocated:
+            return {}
+        echo(f"jaxlaunch: running the health check on {len(allocated)} node(s)")
+        started = time.time()
+        failing = nodes.health_check(command, allocated)
+        run.log_event("health_check", nodes=len(allocated), failed=failing, seconds=round(time.time() - started, 3))
+        return failing
+
+    def lost_nodes(self) -> dict[str, str]:
+        return nodes.lost_nodes(requeue.job_record(self.job_id), nodes.allocated_nodes())
+
+    def leave_nodes_behind(self, bad, cause, failure, attempt, run, spec, echo):
+        """Requeue the job without `bad` nodes (node: why): REQUEUED, or FAILED once
+        slurm.max_requeues requeues are spent."""
+        status = run.status()
+        excluded = sorted(set(status.excluded_nodes or []) | set(bad))
+        run.update_status(excluded_nodes=excluded)
+        run.log_event("nodes_left_behind", cause=cause, nodes=bad)
+        listing = "; ".join(f"{node}: {why}" for node, why in sorted(bad.items()))
+        what = "failed the health check" if cause == "health_check" else "failed under the job"
+        if status.requeues >= spec.slurm.max_requeues:
+            failure = root_cause.scheduler_failure(
+                reason=cause, attempt=attempt,
+                summary=f"node(s) {what} ({listing}), and slurm.max_requeues={spec.slurm.max_requeues} is "
+                        f"spent; excluded so far: {', '.join(excluded)}",
+                fix="ask the cluster's admins about these nodes; resubmit (with --exclude) or raise slurm.max_requeues")
+            atomic_write_json(run.failure_file, failure)
+            return JobState.FAILED, failure
+        if failure is not None and run.failure_file.exists():
+            run.failure_file.rename(run.logs / "failure.json")  # the attempt's, kept with its logs
+        run.update_status(requeues=status.requeues + 1, node_failures=status.node_failures + 1)
+        echo(f"jaxlaunch: node(s) {what} ({listing}); requeueing job {self.job_id} without them "
+             f"(requeue {status.requeues + 1} of at most {spec.slurm.max_requeues}); it resumes from "
+             f"its latest checkpoint")
+        return JobState.REQUEUED, None
+
+    def requeues_spent(self, run, spec, attempts, echo):
+        return requeue.count_requeues_slurm_made(run, spec, attempts, echo)
+
+    def cancelled_outside(self) -> bool:
+        return requeue.cancelled_by_slurm(requeue.job_record(self.job_id))
+
+    def ended_by_preemption(self) -> bool:
+        return requeue.preempted_by_slurm(requeue.job_record(self.job_id))
+
+    def after_notice(self, run, spec, sources, checkpointed, echo):
+        state, failure, cause = requeue.decide(run, spec, self.job_id, sources, checkpointed, echo)
+        return JobState.parse(state), failure, cause
+
+    def finish(self, run, state, requeue_cause, echo) -> None:
+        if state == JobState.CANCELLED:
+            requeue.cancel_in_slurm(self.job_id)
+        elif state == JobState.REQUEUED:
+            requeue.requeue_now(run, self.job_id, requeue_cause, echo, exclude=run.status().excluded_nodes or [])
