@@ -49,7 +49,7 @@ test-unit: setup
 	XLA_FLAGS=--xla_force_host_platform_device_count=2 $(PYTHON) -m pytest --with-mpi -p no:cacheprovider -m "not slurm"
 
 test-slurm: setup
-	$(PYTHON) -m pytest -p no:cacheprovider -m "slurm and not scale" tests/test_slurm.py tests/test_slurm_preemption.py tests/test_slurm_sweep.py tests/test_slurm_explain.py tests/test_doctor.py tests/test_slurm_backend.py tests/test_slurm_nodes.py tests/test_slurm_function.py tests/test_docs.py tests/test_slurm_container.py
+	$(PYTHON) -m pytest -p no:cacheprovider -m "slurm and not scale" tests/slurm tests/unit/test_doctor.py tests/unit/test_docs.py
 
 test-mpi: setup
 	XLA_FLAGS=--xla_force_host_platform_device_count=2 $(VENV)/bin/mpirun -n 2 --oversubscribe --bind-to none \
@@ -58,7 +58,7 @@ test-mpi: setup
 
 # Not part of `make test`: a preemption of 16 ranks on 8 nodes resumes bit-identically, both launch modes.
 test-scale: setup
-	$(PYTHON) -m pytest -p no:cacheprovider -m scale tests/test_slurm_nodes.py
+	$(PYTHON) -m pytest -p no:cacheprovider -m scale tests/slurm/test_slurm_nodes.py
 
 # Not part of `make test`: 200 back-to-back 2-rank local runs; prints failures, hangs, p50/p99.
 soak: setup

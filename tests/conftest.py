@@ -9,6 +9,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 JOBS = ROOT / "jobs"
 TEST_JOBS = Path(__file__).resolve().parent / "jobs"
+GOLDEN = Path(__file__).resolve().parent / "golden"  # expected scripts, shared by the tiers
 
 
 def jaxlaunch(*args, timeout=180, env=None, cwd=None):

@@ -1,7 +1,6 @@
 """The CLI through click's CliRunner: exact messages and exit codes, no tracebacks."""
 
 import sys
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -9,7 +8,7 @@ from click.testing import CliRunner
 from launcher.cli import main
 from launcher.backends.mpirun import find_mpirun
 
-ROOT = Path(__file__).resolve().parent.parent
+from conftest import ROOT
 
 
 def invoke(*args):

@@ -24,6 +24,7 @@ from launcher.environment import RUN_DIR_ENV
 from launcher.spec import JobSpec
 from launcher.spec.model import SlurmSpec
 from launcher.backends.slurm import requeue
+from launcher.backends.slurm.allocation import SlurmAllocation
 from launcher.supervisor import root_cause
 from launcher.supervisor.supervise import Outcome, Supervisor, describe_outcome, exit_code_for
 
@@ -214,6 +215,7 @@ def test_a_ranks_stop_request_ends_the_job_in_its_state(fake_launcher, tmp_path,
 def test_the_earliest_stop_request_is_the_reason(tmp_path):
     spec, run = make_run(tmp_path)
     sup = Supervisor(spec, run, [], {})
+    sup.channel = control.ControlServer(run)  # an attempt's channel (not started: no socket)
     for rank, reason, at in ((0, "collective_timeout", 20.0), (1, "left_early", 10.0), (2, "collective_timeout", 30.0)):
         sup.channel._records["abort"][rank] = {"rank": rank, "reason": reason, "message": f"rank {rank}'s request",
                                                "time": at}
@@ -380,7 +382,7 @@ def test_a_notice_to_the_supervisor_reaches_the_ranks_and_ends_the_run_preempted
 def test_a_preempted_batch_job_requeues_itself_and_the_requeued_job_starts_at_zero_restarts(
         fake_launcher, tmp_path, slurm, monkeypatch):
     spec, run = make_run(tmp_path, max_requeues=2, max_restarts=2)
-    first = supervisor(fake_launcher, spec, run, "stop", slurm_job_id="7", resume=True).supervise()
+    first = supervisor(fake_launcher, spec, run, "stop", allocation=SlurmAllocation("7"), resume=True).supervise()
     assert (first.state, first.exit_code) == ("REQUEUED", 0)
     assert slurm.requeued == ["7"]
     after = status(run)
@@ -388,7 +390,7 @@ def test_a_preempted_batch_job_requeues_itself_and_the_requeued_job_starts_at_ze
 
     # Slurm runs the batch script again, same job id, SLURM_RESTART_COUNT=1
     monkeypatch.setenv(requeue.RESTART_COUNT_ENV, "1")
-    second = supervisor(fake_launcher, spec, run, "complete", slurm_job_id="7", resume=True).supervise()
+    second = supervisor(fake_launcher, spec, run, "complete", allocation=SlurmAllocation("7"), resume=True).supervise()
     assert (second.state, second.exit_code) == ("COMPLETED", 0)
     assert seen(run, 1)["attempt"] == 1
     assert seen(run, 1)["status"]["attempts"] == 2 and seen(run, 1)["status"]["restarts"] == 0
@@ -404,7 +406,7 @@ def test_a_notice_once_max_requeues_are_spent_ends_the_job_failed(fake_launcher,
     spec, run = make_run(tmp_path, max_requeues=max_requeues)
     run.update_status(state="REQUEUED", attempts=requeues, requeues=requeues, preemptions=requeues)
     monkeypatch.setenv(requeue.RESTART_COUNT_ENV, str(requeues))
-    outcome = supervisor(fake_launcher, spec, run, "stop", slurm_job_id="7", resume=True).supervise()
+    outcome = supervisor(fake_launcher, spec, run, "stop", allocation=SlurmAllocation("7"), resume=True).supervise()
     assert (outcome.state, outcome.exit_code) == ("FAILED", 1)
     assert slurm.requeued == []
     failure = json.loads(run.failure_file.read_text())
@@ -421,7 +423,7 @@ def test_a_notice_before_max_requeues_are_spent_requeues(fake_launcher, tmp_path
     spec, run = make_run(tmp_path, max_requeues=max_requeues)
     run.update_status(state="REQUEUED", attempts=requeues, requeues=requeues, preemptions=requeues)
     monkeypatch.setenv(requeue.RESTART_COUNT_ENV, str(requeues))
-    outcome = supervisor(fake_launcher, spec, run, "stop", slurm_job_id="7", resume=True).supervise()
+    outcome = supervisor(fake_launcher, spec, run, "stop", allocation=SlurmAllocation("7"), resume=True).supervise()
     assert (outcome.state, outcome.exit_code) == ("REQUEUED", 0)
     assert slurm.requeued == ["7"]
     assert status(run)["requeues"] == requeues + 1 and status(run)["preemptions"] == requeues + 1
@@ -432,7 +434,7 @@ def test_a_requeued_job_runs_its_last_allowed_allocation(fake_launcher, tmp_path
     spec, run = make_run(tmp_path, max_requeues=2)
     run.update_status(state="REQUEUED", attempts=2, requeues=2, preemptions=2)
     monkeypatch.setenv(requeue.RESTART_COUNT_ENV, "2")
-    outcome = supervisor(fake_launcher, spec, run, "complete", slurm_job_id="7", resume=True).supervise()
+    outcome = supervisor(fake_launcher, spec, run, "complete", allocation=SlurmAllocation("7"), resume=True).supervise()
     assert (outcome.state, outcome.exit_code) == ("COMPLETED", 0)
     assert seen(run, 2)["attempt"] == 2
 
@@ -444,7 +446,7 @@ def test_requeues_slurm_made_without_us_count_and_can_spend_the_limit(fake_launc
     spec, run = make_run(tmp_path, max_requeues=3)
     run.update_status(state="RUNNING", attempts=1, requeues=0)
     monkeypatch.setenv(requeue.RESTART_COUNT_ENV, "2")
-    outcome = supervisor(fake_launcher, spec, run, "complete", slurm_job_id="7", resume=True).supervise()
+    outcome = supervisor(fake_launcher, spec, run, "complete", allocation=SlurmAllocation("7"), resume=True).supervise()
     assert outcome.state == "COMPLETED"
     assert (status(run)["requeues"], status(run)["preemptions"]) == (2, 2)
     assert [(e["count"], e["restart_count"]) for e in run.read_events() if e["event"] == "requeued_by_slurm"] == [
@@ -452,7 +454,7 @@ def test_requeues_slurm_made_without_us_count_and_can_spend_the_limit(fake_launc
 
     spent, run = make_run(tmp_path / "spent", max_requeues=1)
     run.update_status(state="RUNNING", attempts=1, requeues=0)
-    outcome = supervisor(fake_launcher, spent, run, "complete", slurm_job_id="7", resume=True).supervise()
+    outcome = supervisor(fake_launcher, spent, run, "complete", allocation=SlurmAllocation("7"), resume=True).supervise()
     assert (outcome.state, outcome.exit_code) == ("FAILED", 1)
     assert json.loads(run.failure_file.read_text())["reason"] == "requeue_limit"
     assert not (run.path / "seen-attempt-1.json").exists()  # ended before starting anything
@@ -461,13 +463,13 @@ def test_requeues_slurm_made_without_us_count_and_can_spend_the_limit(fake_launc
 def test_a_batch_job_ended_by_slurms_preemption_requeues_but_a_timeout_does_not(fake_launcher, tmp_path, slurm):
     slurm.record = {"PreemptTime": "2026-11-22T14:16:48", "EndTime": end_time(3600)}
     spec, run = make_run(tmp_path, max_requeues=2)
-    outcome = supervisor(fake_launcher, spec, run, "fail", slurm_job_id="7", resume=True).supervise()
+    outcome = supervisor(fake_launcher, spec, run, "fail", allocation=SlurmAllocation("7"), resume=True).supervise()
     assert (outcome.state, outcome.exit_code) == ("REQUEUED", 0)
     assert (status(run)["requeues"], status(run)["preemptions"], status(run)["timeouts"]) == (1, 1, 0)
     assert not run.failure_file.exists()
 
     spec, run = make_run(tmp_path / "timeout", max_requeues=2, timeout=1)
-    outcome = supervisor(fake_launcher, spec, run, "hang", slurm_job_id="7", resume=True).supervise()
+    outcome = supervisor(fake_launcher, spec, run, "hang", allocation=SlurmAllocation("7"), resume=True).supervise()
     assert (outcome.state, outcome.exit_code) == ("TIMEOUT", 124)
     assert slurm.requeued == ["7"]  # only the first run's
 
@@ -484,7 +486,7 @@ def test_a_plain_scancel_ends_the_batch_job_cancelled_never_requeued(fake_launch
     """Issue 29: the cancel's SIGTERM reached the ranks as a preemption notice and the job requeued."""
     slurm.record = SCANCEL_RECORD
     spec, run = make_run(tmp_path, max_requeues=3)
-    outcome = supervisor(fake_launcher, spec, run, mode, slurm_job_id="7").supervise()
+    outcome = supervisor(fake_launcher, spec, run, mode, allocation=SlurmAllocation("7")).supervise()
     assert (outcome.state, outcome.exit_code) == ("CANCELLED", 143)
     assert slurm.requeued == [] and status(run)["requeues"] == 0 and status(run)["state"] == "CANCELLED"
     assert slurm.cancelled == ["7"]  # Slurm records it CANCELLED, whoever asked
@@ -496,7 +498,7 @@ def test_a_plain_scancel_ends_the_batch_job_cancelled_never_requeued(fake_launch
 def test_the_same_sigterm_from_a_preemption_still_requeues(fake_launcher, tmp_path, slurm, mode, record):
     slurm.record = record
     spec, run = make_run(tmp_path, max_requeues=3)
-    outcome = supervisor(fake_launcher, spec, run, mode, slurm_job_id="7").supervise()
+    outcome = supervisor(fake_launcher, spec, run, mode, allocation=SlurmAllocation("7")).supervise()
     assert (outcome.state, outcome.exit_code) == ("REQUEUED", 0)
     assert slurm.requeued == ["7"] and status(run)["requeues"] == 1 and slurm.cancelled == []
 
@@ -508,10 +510,10 @@ def test_jaxlaunch_cancel_is_a_cancel_whatever_slurm_says(fake_launcher, tmp_pat
     spec, run = make_run(tmp_path, max_requeues=3)
     run.log_event("cancel_requested", by="an earlier batch job")
     time.sleep(0.01)
-    assert supervisor(fake_launcher, spec, run, "sigterm_stop", slurm_job_id="7").supervise().state == "REQUEUED"
+    assert supervisor(fake_launcher, spec, run, "sigterm_stop", allocation=SlurmAllocation("7")).supervise().state == "REQUEUED"
 
     spec, run = make_run(tmp_path / "now", max_requeues=3)
-    sup = supervisor(fake_launcher, spec, run, "scancelled", slurm_job_id="7")
+    sup = supervisor(fake_launcher, spec, run, "scancelled", allocation=SlurmAllocation("7"))
     run.log_event("cancel_requested", by="jaxlaunch cancel")
     assert sup.supervise().state == "CANCELLED" and status(run)["requeues"] == 0
 
@@ -562,7 +564,7 @@ def test_requeues_count_time_limits_and_preemptions_apart(fake_launcher, tmp_pat
     spec, run = make_run(tmp_path, max_requeues=5)
     run.update_status(state="REQUEUED", attempts=3, requeues=2, preemptions=1, timeouts=1)
     monkeypatch.setenv(requeue.RESTART_COUNT_ENV, "2")
-    sup = supervisor(fake_launcher, spec, run, "stop", slurm_job_id="7", resume=True)
+    sup = supervisor(fake_launcher, spec, run, "stop", allocation=SlurmAllocation("7"), resume=True)
     assert sup.supervise().state == "REQUEUED"
     expected = {"requeues": 3, "preemptions": 1 + (cause == "preemption"), "timeouts": 1 + (cause == "timeout")}
     assert {key: status(run)[key] for key in expected} == expected
@@ -575,7 +577,7 @@ def test_the_requeue_limit_summary_counts_each_cause(tmp_path, slurm):
     slurm.record = {"PreemptTime": "None", "EndTime": end_time(100)}
     spec, run = make_run(tmp_path, max_requeues=2)
     run.update_status(attempts=3, requeues=2, preemptions=1, timeouts=1)
-    sup = Supervisor(spec, run, [], {}, echo=lambda m: None, slurm_job_id="7")
+    sup = Supervisor(spec, run, [], {}, echo=lambda m: None, allocation=SlurmAllocation("7"))
     sup.notice_time = time.time()  # the notice came to the batch shell (sbatch --signal=B:USR2)
     state, failure = sup._after_preemption(None)
     assert state == "FAILED"
@@ -688,6 +690,7 @@ def test_a_peer_that_left_main_is_the_cause_even_past_collective_timeout(tmp_pat
     collective: the supervisor names rank 1."""
     spec, run = make_run(tmp_path, collective_timeout=1)
     sup = Supervisor(spec, run, [], {})
+    sup.channel = control.ControlServer(run)  # an attempt's channel (not started: no socket)
     sup.channel._records["abort"][0] = {"rank": 0, "reason": "collective_timeout", "time": time.time(),
                                         "message": "allreduce #2 on rank 0 waited 2 s, past collective_timeout=1 s"}
     sup.channel._records["waiting"][0] = waiting_record(0, 2)
@@ -853,7 +856,7 @@ def test_a_second_node_exclusion_keeps_the_nodes_excluded_by_earlier_requeues(fa
     monkeypatch.setattr(nodes, "allocated_nodes", lambda env=os.environ: ["node2", "node3"])
     monkeypatch.setattr(nodes, "health_check", lambda command, allocated: {"node3": "health check exited with code 1"})
     monkeypatch.setattr(nodes, "exclude", lambda job_id, nodelist: updates.append((job_id, nodelist)))
-    outcome = supervisor(fake_launcher, spec, run, "complete", slurm_job_id="7", resume=True).supervise()
+    outcome = supervisor(fake_launcher, spec, run, "complete", allocation=SlurmAllocation("7"), resume=True).supervise()
     assert (outcome.state, outcome.exit_code) == ("REQUEUED", 0) and slurm.requeued == ["7"]
     final = status(run)
     assert final["excluded_nodes"] == ["node1", "node3"]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from conftest import JOBS, jaxlaunch
+from conftest import GOLDEN, JOBS, jaxlaunch
 from launcher.cli import main
 from launcher.errors import SpecError
 from launcher.backends.slurm import scheduler
@@ -20,7 +20,6 @@ from launcher.backends.slurm.array import plan_arrays
 from launcher.sweeps.directory import SweepDirectory, task_folder
 from launcher.sweeps.plan import expand_range, load_job_or_sweep
 
-GOLDEN = Path(__file__).parent / "golden"
 BASE = """\
 name: sw
 entrypoint: job.py:main

@@ -21,13 +21,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from pathlib import Path
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from conftest import ROOT
 from launcher.rank.checkpoints import CheckpointError, Checkpoints, load_checkpoint
 
 # Most tests here are about what lands on disk, so they save synchronously; the asynchronous
-# path (the default in jobs) has its own tests below and in tests/test_checkpoint_layouts.py.
+# path (the default in jobs) has its own tests below and in tests/e2e/test_checkpoint_layouts.py.
 def Synchronous(*args, **kwargs):
     return Checkpoints(*args, asynchronous=False, **kwargs)
 
@@ -116,7 +116,7 @@ def read_with_numpy_alone(folder):
     from the manifest and the data files, with NumPy alone."""
     import runpy
 
-    recipe = runpy.run_path(str(Path(__file__).resolve().parent.parent / "docs" / "snippets" / "read_checkpoint.py"))
+    recipe = runpy.run_path(str(ROOT / "docs" / "snippets" / "read_checkpoint.py"))
     return recipe["read_with_numpy_alone"](folder)
 
 

@@ -12,13 +12,13 @@ import jinja2
 import pytest
 import yaml
 
+from conftest import GOLDEN, ROOT
 from launcher.backends.slurm.render import _template, quote_sbatch, render_batch_script
 from launcher.spec import load_spec
 
 pytestmark = pytest.mark.usefixtures("job_modules")  # the cases' entrypoint modules must exist
 
-GOLDEN = Path(__file__).parent / "golden"
-REGENERATE = "JAXLAUNCH_UPDATE_GOLDEN=1 python -m pytest tests/test_render.py"
+REGENERATE = "JAXLAUNCH_UPDATE_GOLDEN=1 python -m pytest tests/unit/test_render.py"
 HOSTILE = "$(touch PWNED) `touch PWNED` ; touch PWNED 'single' \"double\" \\ back ✓ ü " + "x" * 10_000
 
 CASES = {
@@ -127,7 +127,7 @@ def test_template_is_strict():
 
 def test_templates_ship_in_a_non_editable_install(tmp_path):
     """Build the wheel as `pip install .` would, install it into a fresh folder, render from there."""
-    root = Path(__file__).resolve().parent.parent
+    root = ROOT
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(tmp_path / "dist"),
                     str(root)], check=True, timeout=300, cwd=tmp_path)
     wheel = next((tmp_path / "dist").glob("jaxlaunch-*.whl"))

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import TEST_JOBS
+from conftest import ROOT, TEST_JOBS
 from launcher import control
 from launcher.rundir import RunDirectory
 from supervision_helpers import rank_pid, wait_for_file
@@ -170,7 +170,7 @@ def test_strangers_cost_the_supervisor_no_memory(tmp_path):
     and kept 339 MiB after they closed. Measured on a server in a process of its own."""
     script = textwrap.dedent(f"""
         import sys, time
-        sys.path.insert(0, {str(Path(__file__).parent.parent)!r})
+        sys.path.insert(0, {str(ROOT)!r})
         from launcher import control
         from launcher.rundir import RunDirectory
         run = RunDirectory({str(tmp_path / 'run')!r}); run.logs.mkdir(parents=True)
@@ -216,7 +216,7 @@ def test_accept_failing_for_want_of_file_descriptors_backs_off_and_goes_on(tmp_p
     """accept() failing with EMFILE raised out of the serving thread: the job lost its channel."""
     script = textwrap.dedent(f"""
         import os, resource, sys, time
-        sys.path.insert(0, {str(Path(__file__).parent.parent)!r})
+        sys.path.insert(0, {str(ROOT)!r})
         from launcher import control
         from launcher.rundir import RunDirectory
         run = RunDirectory({str(tmp_path / 'run')!r}); run.logs.mkdir(parents=True)
@@ -336,7 +336,7 @@ def test_a_supervisor_holds_no_socket_before_its_first_attempt(tmp_path):
     run = RunDirectory.create(spec, tmp_path / "run")
     before = sockets()
     supervisors = [Supervisor(spec, run, [], {}) for _ in range(5)]
-    assert sockets() == before and all(s.channel.address is None for s in supervisors)
+    assert sockets() == before and all(s.channel is None for s in supervisors)
     server = control.ControlServer(run, size=2).start()
     assert sockets() == before + 3  # the listener and the wake-up pair, while it serves
     server.close()
