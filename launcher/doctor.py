@@ -52,7 +52,7 @@ found = {"version": mpi4jax.__version__, "cuda": bool(mpi4jax.has_cuda_support()
          "bridges": sorted(name for name in ("mpi_xla_bridge_cpu", "mpi_xla_bridge_cuda", "mpi_xla_bridge_xpu")
                            if hasattr(xla_bridge, name))}
 try:
-    from launcher import transport  # the launcher's own FFI call into mpi4jax (launcher/rank/collectives/transport.py)
+    from launcher.rank.collectives import transport  # the launcher's own FFI call into mpi4jax
     found["fast_path"] = transport.FAST_PATH
 except Exception as error:
     found["fast_path"] = None
