@@ -345,6 +345,11 @@ class ControlServer:
     def started(self) -> list[dict]:
         return self._of("started")
 
+    def host_of(self, rank: int) -> str | None:
+        """The host rank `rank` said it runs on (None before it started)."""
+        with self._lock:
+            return (self._records["started"].get(rank) or {}).get("host")
+
     def done(self) -> list[dict]:
         return self._of("done")
 

@@ -1,14 +1,15 @@
-"""`python -m launcher.supervisor RUN_DIR -- LAUNCH...`: the supervisor inside a Slurm batch job.
+"""`python -m launcher.supervisor RUN_DIR -- LAUNCH...`: the supervisor inside a batch job (Slurm's).
 
-The batch script `exec`s this, so it is the batch shell itself: Slurm's signals to the batch step
-(scancel, --signal=B:...) reach it directly, and its exit code is the job's.
+The batch script `exec`s this, so it is the batch shell itself: the scheduler's signals to the
+batch step (scancel, --signal=B:...) reach it directly, and its exit code is the job's. The
+backend whose job this is provides the allocation (backends.allocation_here).
 """
 
 import sys
 import time
 
 from ..rundir import RunDirectory
-from ..backends.slurm.requeue import slurm_job_id
+from ..backends import allocation_here
 from .supervise import describe_outcome, supervise
 
 
@@ -21,7 +22,7 @@ def main(argv: list[str]) -> int:
     started = time.time()
     # Always "resume": a requeued job runs this script again, in the same run directory.
     outcome = supervise(spec, run, argv[2:], {}, echo=lambda m: print(m, file=sys.stderr, flush=True),
-                        slurm_job_id=slurm_job_id(), resume=True)
+                        allocation=allocation_here(), resume=True)
     for line in describe_outcome(spec, run, outcome, time.time() - started):
         print(line, file=sys.stderr, flush=True)
     return outcome.exit_code

@@ -9,12 +9,16 @@ output, and watches for, whichever comes first:
 - a rank asking for the job to stop (collective watchdog, a rank that left `main` early);
 - SIGTERM, SIGHUP or SIGINT to the supervisor (exit code 128 + signal).
 SIGUSR2 is a preemption notice, not a stop: it is passed to every rank over the control channel,
-which checkpoint and return at their next agreed `ctx.should_stop()`; the run then ends PREEMPTED
-(locally) or requeues itself (in a Slurm job; see requeue.py).
+which checkpoint and return at their next agreed `ctx.should_stop()`; what that leads to is the
+allocation's to say (PREEMPTED for a local run; a Slurm job requeues itself).
 Before a stop it asks every rank for its stacks and state (over the control channel, launcher/control.py,
 answered by each rank's monitor thread; see launcher/rank/monitor.py), then ends the launcher's process group and
 any process of the job that is left on this machine. It writes failure.json and status.json, and
 restarts the whole job up to `max_restarts` times after a failure.
+
+Everything the job needs from the place it runs (the address ranks reach the supervisor at, bad or
+lost nodes, what a notice or a cancel leads to, a requeue) it asks its `Allocation`
+(launcher/backends/base.py), which the backend provides; the supervisor names no scheduler.
 """
 
 from __future__ import annotations
@@ -28,14 +32,14 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
-from ..control import ControlServer, PreemptNotice, StopRequest, control_host, left_early
+from ..control import ControlServer, PreemptNotice, StopRequest, left_early
 from ..rundir import RunDirectory, atomic_write_json
 from ..owner_key import owner_key
 from ..environment import ATTEMPT_ENV, OWNER_KEY_ENV
 from ..spec import JobSpec
 from ..states import CANCEL_EVENT, EXIT_COMPLETED, EXIT_FAILED, EXIT_PREEMPTED, EXIT_TIMEOUT, JobState
 from .. import stragglers
-from ..backends.slurm import nodes, requeue
+from ..backends.base import Allocation
 from . import root_cause
 from .processes import kill_job_processes
 from .report import describe_outcome, result_text, write_to_stderr
@@ -53,8 +57,8 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 
 NOTICE_SIGNAL = signal.SIGUSR2
 # Why the supervisor stopped a job -> the job's state.
-STOP_STATES = {"timeout": "TIMEOUT", "collective_timeout": "TIMEOUT", "left_early": "FAILED",
-               "cancelled": "CANCELLED"}
+STOP_STATES = {"timeout": JobState.TIMEOUT, "collective_timeout": JobState.TIMEOUT, "left_early": JobState.FAILED,
+               "cancelled": JobState.CANCELLED}
 # The rule of dashes above and below every Open MPI / PRRTE help message.
 BANNER_FRAME = re.compile(rb"-{20,}")
 NO_RESTART = ("timeout", "cancelled")  # the job's time is spent, or the user asked to stop
@@ -76,20 +80,20 @@ def exit_code_for(state: str, stop_signal: int | None = None) -> int:
 
 class Supervisor:
     def __init__(self, spec: JobSpec, run: RunDirectory, argv: list[str], env: dict[str, str],
-                 echo=print, write_output=write_to_stderr, slurm_job_id: str | None = None,
+                 echo=print, write_output=write_to_stderr, allocation: Allocation | None = None,
                  resume: bool = False):
         self.spec, self.run, self.argv, self.env = spec, run, argv, env
         self.echo, self.write_output = echo, write_output
         self.stop_signal: int | None = None
         self.deadline = None
-        # Inside a Slurm batch job: preempted runs requeue themselves (requeue.py).
-        self.slurm_job_id = slurm_job_id
+        # Where the job runs: this machine, or a scheduler's allocation (a Slurm batch job).
+        self.allocation = allocation or Allocation()
         # Continue an earlier run in this run directory (`run --resume`, or a requeued batch job).
         self.resume = resume
         self.notice_time: float | None = None   # when SIGUSR2 reached the supervisor
         self.notice_sent = False
-        self.control_host = control_host({**os.environ, **env})
-        self.channel = ControlServer(run, self.control_host)  # one per attempt
+        self.control_host: str | None = None   # found when the job starts (it may ask the scheduler)
+        self.channel: ControlServer | None = None  # one per attempt
         self.requeue_cause: str | None = None
         self.launched = time.time()  # events before this belong to an earlier batch job or launch
 
@@ -99,26 +103,26 @@ class Supervisor:
         started = time.time()
         if self.spec.timeout:
             self.deadline = time.monotonic() + self.spec.timeout
+        self.control_host = self.allocation.control_host({**os.environ, **self.env})
         first = self._continue_earlier_run() if self.resume else 0
         if isinstance(first, Outcome):
             return first  # requeued too often: ended before starting anything
         previous = self._install_signal_handlers()
         try:
             attempt = first
-            failing_check = self._health_check()
+            failing_check = self.allocation.failing_nodes(self.spec, self.run, self.echo)
             while not failing_check:
-                self.run.update_status(state="RUNNING", attempts=attempt + 1, restarts=attempt - first,
+                self.run.update_status(state=JobState.RUNNING, attempts=attempt + 1, restarts=attempt - first,
                                        started=started, attempt_started=time.time())
                 state, failure, stop_reason = self._attempt(attempt)
-                if state == "PREEMPTED":
+                if state == JobState.PREEMPTED:
                     state, failure = self._after_preemption(failure)
                     break
-                lost = (nodes.lost_nodes(requeue.job_record(self.slurm_job_id), nodes.allocated_nodes())
-                        if state == "FAILED" and stop_reason is None and self.slurm_job_id is not None else {})
+                lost = self.allocation.lost_nodes() if state == JobState.FAILED and stop_reason is None else {}
                 if lost:  # the allocation is smaller now: only a requeue can give the job its nodes back
                     state, failure = self._leave_nodes_behind(lost, "node_failure", failure, attempt)
                     break
-                if (state == "COMPLETED" or stop_reason in NO_RESTART
+                if (state == JobState.COMPLETED or stop_reason in NO_RESTART
                         or attempt - first >= self.spec.max_restarts):
                     break
                 self.echo(f"jaxlaunch: attempt {attempt} {state}: {failure['summary']}")
@@ -131,59 +135,26 @@ class Supervisor:
                 state, failure = self._leave_nodes_behind(failing_check, "health_check", None, first)
         finally:
             self._restore_signal_handlers(previous)
-        if state in ("COMPLETED", "PREEMPTED", "REQUEUED"):
+        state = JobState.parse(state)
+        if state in (JobState.COMPLETED, JobState.PREEMPTED, JobState.REQUEUED):
             self.run.failure_file.unlink(missing_ok=True)
         exit_code = exit_code_for(state, self.stop_signal)
         reason = None if failure is None else failure["summary"]
-        self.run.update_status(state=state, exit_code=exit_code, ended=time.time(), reason=reason)
-        if state == "CANCELLED" and self.slurm_job_id is not None:
-            requeue.cancel_in_slurm(self.slurm_job_id)
-        if state == "REQUEUED":
-            requeue.requeue_now(self.run, self.slurm_job_id, self.requeue_cause, self.echo,
-                                exclude=self.run.status().excluded_nodes or [])
-        return Outcome(state, exit_code, failure, attempt + 1, restarts=max(0, attempt - first))
+        self.run.update_status(state=state.value, exit_code=exit_code, ended=time.time(), reason=reason)
+        self.allocation.finish(self.run, state, self.requeue_cause, self.echo)
+        return Outcome(state.value, exit_code, failure, attempt + 1, restarts=max(0, attempt - first))
 
-    # --- bad nodes (Slurm) -------------------------------------------------------------------
-
-    def _health_check(self) -> dict[str, str]:
-        """{node: why} for the nodes that fail slurm.health_check (run once per batch job)."""
-        command = self.spec.slurm.health_check
-        allocated = nodes.allocated_nodes() if self.slurm_job_id is not None and command else []
-        if not allocated:
-            return {}
-        self.echo(f"jaxlaunch: running the health check on {len(allocated)} node(s)")
-        started = time.time()
-        failing = nodes.health_check(command, allocated)
-        self.run.log_event("health_check", nodes=len(allocated), failed=failing,
-                           seconds=round(time.time() - started, 3))
-        return failing
+    # --- bad nodes ---------------------------------------------------------------------------
 
     def _leave_nodes_behind(self, bad: dict[str, str], cause: str, failure: dict | None, attempt: int
-                            ) -> tuple[str, dict | None]:
-        """Requeue the job without `bad` nodes (node: why): REQUEUED, or FAILED once
-        slurm.max_requeues requeues are spent."""
-        status = self.run.status()
-        excluded = sorted(set(status.excluded_nodes or []) | set(bad))
-        self.run.update_status(excluded_nodes=excluded)
-        self.run.log_event("nodes_left_behind", cause=cause, nodes=bad)
-        listing = "; ".join(f"{node}: {why}" for node, why in sorted(bad.items()))
-        what = "failed the health check" if cause == "health_check" else "failed under the job"
-        if status.requeues >= self.spec.slurm.max_requeues:
-            failure = root_cause.scheduler_failure(
-                reason=cause, attempt=attempt,
-                summary=f"node(s) {what} ({listing}), and slurm.max_requeues={self.spec.slurm.max_requeues} is "
-                        f"spent; excluded so far: {', '.join(excluded)}",
-                fix="ask the cluster's admins about these nodes; resubmit (with --exclude) or raise slurm.max_requeues")
-            atomic_write_json(self.run.failure_file, failure)
-            return "FAILED", failure
-        if failure is not None and self.run.failure_file.exists():
-            self.run.failure_file.rename(self.run.logs / "failure.json")  # the attempt's, kept with its logs
-        self.run.update_status(requeues=status.requeues + 1, node_failures=status.node_failures + 1)
-        self.echo(f"jaxlaunch: node(s) {what} ({listing}); requeueing job {self.slurm_job_id} without them "
-                  f"(requeue {status.requeues + 1} of at most {self.spec.slurm.max_requeues}); it resumes from "
-                  f"its latest checkpoint")
-        self.requeue_cause = cause
-        return "REQUEUED", None
+                            ) -> tuple[JobState, dict | None]:
+        """The allocation gives the job its nodes back without `bad` (node: why): REQUEUED, or
+        FAILED when it cannot."""
+        state, failure = self.allocation.leave_nodes_behind(bad, cause, failure, attempt, self.run, self.spec,
+                                                            self.echo)
+        if state == JobState.REQUEUED:
+            self.requeue_cause = cause
+        return state, failure
 
     def _continue_earlier_run(self) -> "int | Outcome":
         """Pick up where the run directory's last attempt ended: its logs go to logs/attempt-K/,
@@ -193,10 +164,9 @@ class Supervisor:
         attempts = self.run.status().attempts
         if attempts:
             self._archive_attempt(attempts - 1)
-        if self.slurm_job_id is not None:
-            failure = requeue.count_requeues_slurm_made(self.run, self.spec, attempts, self.echo)
-            if failure is not None:  # requeued too often: end before starting anything
-                return Outcome("FAILED", EXIT_FAILED, failure, attempts, restarts=0)
+        failure = self.allocation.requeues_spent(self.run, self.spec, attempts, self.echo)
+        if failure is not None:  # requeued too often: end before starting anything
+            return Outcome(JobState.FAILED.value, EXIT_FAILED, failure, attempts, restarts=0)
         if attempts:
             self.run.log_event("resumed", attempt=attempts, restart_count=os.environ.get("SLURM_RESTART_COUNT"))
         return attempts
@@ -226,30 +196,29 @@ class Supervisor:
 
     def _notice_sources(self) -> set[str]:
         sources = set()
-        for record in self.channel.notices():
+        channel = self.channel  # None before the first attempt
+        for record in channel.notices() if channel else []:
             sources.update(record.get("sources", []))
-        for record in self.channel.done():
+        for record in channel.done() if channel else []:
             sources.update((record.get("stopped") or {}).get("sources", []))
         if self.notice_time is not None:
             sources.add("supervisor")
         return sources
 
-    def _after_preemption(self, failure: dict | None) -> tuple[str, dict | None]:
-        """The ranks stopped on a notice (or, in a Slurm job, were ended by a preemption). Locally:
-        PREEMPTED, to resume with `run --resume`. In Slurm: REQUEUED, or FAILED once
-        slurm.max_requeues requeues are spent."""
+    def _after_preemption(self, failure: dict | None) -> tuple[JobState, dict | None]:
+        """The ranks stopped on a notice (or were ended by a preemption): CANCELLED when somebody
+        cancelled the job, else what the allocation makes of it (locally PREEMPTED, to resume
+        with `run --resume`; a Slurm job REQUEUED, or FAILED once its requeues are spent)."""
         sources = self._notice_sources()
         checkpointed = failure is None
         self.run.log_event("stopped", sources=sorted(sources), at_agreed_point=checkpointed)
-        if self.slurm_job_id is None:
-            return "PREEMPTED", None
-        if self._cancel_requested(requeue.job_record(self.slurm_job_id)):
-            # scancel sends the ranks the SIGTERM a preemption sends: they stopped at an agreed
-            # step, but the person asked for the job to end, not to come back.
+        if self._cancel_requested():
+            # A scheduler's cancel sends the ranks the SIGTERM a preemption sends: they stopped at
+            # an agreed step, but the person asked for the job to end, not to come back.
             self.run.log_event("cancelled", at_agreed_point=checkpointed)
-            return "CANCELLED", failure
-        state, failure, self.requeue_cause = requeue.decide(self.run, self.spec, self.slurm_job_id, sources,
-                                                            checkpointed, self.echo)
+            return JobState.CANCELLED, failure
+        state, failure, self.requeue_cause = self.allocation.after_notice(self.run, self.spec, sources, checkpointed,
+                                                                          self.echo)
         return state, failure
 
     @staticmethod
@@ -285,7 +254,7 @@ class Supervisor:
             self.run.log_event("attempt_ended", attempt=attempt, state=None if ended is None else ended[0])
             self.channel.close()
             if self.channel.straggler is not None:
-                host = (self.channel._records["started"].get(self.channel.straggler["rank"]) or {}).get("host")
+                host = self.channel.host_of(self.channel.straggler["rank"])
                 self.echo(f"jaxlaunch: slow rank: {stragglers.describe(self.channel.straggler, host)}")
             try:
                 self.channel.save_records()
@@ -336,33 +305,33 @@ class Supervisor:
         dones = self.channel.done()
         every_rank_done = stop_reason is None and process.returncode == 0 and len(dones) == self.spec.num_processes
         if every_rank_done and all(d.get("stopped") for d in dones):
-            return "PREEMPTED", None, None  # every rank stopped at the agreed point, checkpoint written
+            return JobState.PREEMPTED, None, None  # every rank stopped at the agreed point, checkpoint written
         if every_rank_done and self.run.result_file.exists():
-            return "COMPLETED", None, None
-        state = STOP_STATES.get(stop_reason, "FAILED")
+            return JobState.COMPLETED, None, None
+        state = STOP_STATES.get(stop_reason, JobState.FAILED)
         failure = self._failure(state, stop_reason, detail, process.returncode, list(launcher_lines),
                                 first_launcher_line[0] if first_launcher_line else time.time(), attempt)
         atomic_write_json(self.run.failure_file, failure)
-        if self.slurm_job_id is not None and state != "TIMEOUT" and self._ended_by_preemption():
-            # Slurm's preemption (or a notice that killed mpirun's daemons) ended the job before
-            # it could stop: requeue anyway; it resumes from its latest periodic checkpoint.
-            return "PREEMPTED", failure, None
+        if self.allocation.job_id is not None and state != JobState.TIMEOUT and self._ended_by_preemption():
+            # The scheduler's preemption (or a notice that killed mpirun's daemons) ended the job
+            # before it could stop: it still counts as preempted, and resumes from its latest
+            # periodic checkpoint.
+            return JobState.PREEMPTED, failure, None
         return state, failure, stop_reason
 
     def _ended_by_preemption(self) -> bool:
-        record = requeue.job_record(self.slurm_job_id)
-        if self._cancel_requested(record):
+        if self._cancel_requested():
             return False  # the ranks' SIGTERM notice came from the cancel
-        return bool(self._notice_sources()) or requeue.preempted_by_slurm(record)
+        return bool(self._notice_sources()) or self.allocation.ended_by_preemption()
 
-    def _cancel_requested(self, record: dict) -> bool:
-        """Somebody cancelled this Slurm job: `jaxlaunch cancel` (which writes a `cancel_requested`
-        event before it signals), or a plain scancel, as Slurm's record of the ending job shows.
-        Slurm sends a cancel the same SIGTERM as a preemption, so the signal alone cannot tell."""
+    def _cancel_requested(self) -> bool:
+        """Somebody cancelled this job: `jaxlaunch cancel` (which writes a `cancel_requested` event
+        before it signals), or a cancel in the scheduler, as the allocation sees it. Slurm sends a
+        cancel the same SIGTERM as a preemption, so the signal alone cannot tell."""
         if any(event.get("event") == CANCEL_EVENT and event.get("time", 0) >= self.launched
                for event in self.run.read_events()):
             return True
-        return requeue.cancelled_by_slurm(record)
+        return self.allocation.cancelled_outside()
 
     def _forward_output(self, process, launcher_lines, first_launcher_line) -> None:
         """Stream the launcher's output live; keep what mpirun/srun said themselves (lines that are
@@ -455,9 +424,9 @@ class Supervisor:
 
 
 def supervise(spec: JobSpec, run: RunDirectory, argv: list[str], env: dict[str, str], echo=print,
-              write_output=write_to_stderr, slurm_job_id: str | None = None, resume: bool = False) -> Outcome:
+              write_output=write_to_stderr, allocation: Allocation | None = None, resume: bool = False) -> Outcome:
     """Run the job under supervision until it ends; see the module doc."""
-    return Supervisor(spec, run, argv, env, echo, write_output, slurm_job_id, resume).supervise()
+    return Supervisor(spec, run, argv, env, echo, write_output, allocation, resume).supervise()
 
 
 __all__ = ["EXIT_COMPLETED", "EXIT_FAILED", "EXIT_PREEMPTED", "EXIT_TIMEOUT", "Outcome", "Supervisor",
