@@ -149,7 +149,11 @@ def test_wait_counts_as_one_collective_on_every_rank_finished_or_not(comm, share
 
     checkpoints = Checkpoints(shared_dir, rank=comm.Get_rank(), comm=comm)
     checkpoints.save(1, {"x": np.zeros(3)})
-    time.sleep(0.5)  # the write is done by now, here and everywhere
+    deadline = time.monotonic() + 120  # the finished case: the write is done here ...
+    while checkpoints.pending:
+        assert time.monotonic() < deadline, "the background write did not finish in 120 s"
+        time.sleep(0.01)
+    comm.barrier()  # ... and on every rank (a plain MPI barrier: not a collective the tracker counts)
     before = TRACKER.count
     checkpoints.wait()
     counted = 1 if comm.Get_size() > 1 else 0  # one process: no collective, nothing to count
