@@ -201,9 +201,9 @@ def transport_path(request, monkeypatch):
     """Run a test over every way a leaf can travel: staged through host memory (mpi4py, the CPU's
     default for arrays on the first device), and the device path with mpi4jax's FFI target (fast)
     or its public ordered op."""
-    from launcher.rank import collectives; from launcher.rank.collectives import transport
+    from launcher.rank.collectives import staged, transport
     if request.param != "staged":
-        monkeypatch.setattr(collectives, "STAGED", False)
+        monkeypatch.setattr(staged, "STAGED", False)
     if request.param == "ordered":
         monkeypatch.setattr(transport, "FAST_PATH", False)
     else:
@@ -394,12 +394,12 @@ def _mixed_tree(rank):
 def test_staged_results_match_the_device_path_leaf_for_leaf(world, op, monkeypatch):
     """The staged path and the device path (which the tests above check against NumPy) must give
     the same value, dtype, type and placement for every kind of leaf."""
-    from launcher.rank import collectives
+    from launcher.rank.collectives import staged as staged_path
     rank, _ = world
     tree = _mixed_tree(rank)
-    assert collectives._staged_signature(jax.tree_util.tree_leaves(tree)) is not None
+    assert staged_path._staged_signature(jax.tree_util.tree_leaves(tree)) is not None
     staged = launcher.allreduce(tree, op=op)
-    monkeypatch.setattr(collectives, "STAGED", False)
+    monkeypatch.setattr(staged_path, "STAGED", False)
     reference = launcher.allreduce(tree, op=op)
     for key in tree:
         got, want = staged[key], reference[key]
@@ -519,14 +519,14 @@ def test_a_staged_collective_is_tracked_as_one_blocking_call(world):
 def test_one_array_matches_the_device_path(world, dtype, shape, monkeypatch):
     """A lone array (a loss, a count, a packed buffer) takes a short cut: it must give what the device
     path gives, for every op, and its broadcast what the root had."""
-    from launcher.rank import collectives
+    from launcher.rank.collectives import staged as staged_path
     rank, size = world
     value = lambda r: (jnp.arange(math.prod(shape)).reshape(shape) % 7 + r).astype(dtype)
     x = value(rank)
     ops = ("sum", "mean") if dtype == jnp.complex64 else ("sum", "mean", "max", "min")  # MPI orders no complex
     staged = {op: launcher.allreduce(x, op=op) for op in ops}
     sent = launcher.broadcast(x, root=size - 1)
-    monkeypatch.setattr(collectives, "STAGED", False)
+    monkeypatch.setattr(staged_path, "STAGED", False)
     for op, got in staged.items():
         want = launcher.allreduce(x, op=op)
         assert got.dtype == want.dtype and got.shape == want.shape, op

@@ -49,10 +49,10 @@ def test_a_staging_buffer_still_held_by_a_result_is_not_reused(monkeypatch):
     from mpi4py import MPI
 
     import launcher
-    from launcher.rank import collectives
+    from launcher.rank.collectives import staged
 
-    monkeypatch.setattr(collectives, "_put", lambda aval, sharding, values, devices, committed, copy: values[0])
-    monkeypatch.setattr(collectives, "_STAGING", {})
+    monkeypatch.setattr(staged, "_put", lambda aval, sharding, values, devices, committed, copy: values[0])
+    monkeypatch.setattr(staged, "_STAGING", {})
     size = MPI.COMM_WORLD.Get_size()
 
     def tree(value):

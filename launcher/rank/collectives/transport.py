@@ -1,6 +1,6 @@
 """The cross-process step of the collectives' device path: mpi4jax's MPI_Allreduce, dispatched
-cheaply. (Arrays on the first device of a CPU process do not come here: launcher/rank/collectives/__init__.py
-stages them through host memory and mpi4py, which costs less still.)
+cheaply. (Arrays on the first device of a CPU process do not come here: staged.py stages them
+through host memory and mpi4py, which costs less still.)
 
 Why this module exists (measured with py-spy and perf, jax 0.10.2, mpi4jax 0.9.1.post2, CPU):
 a jitted `mpi4jax.allreduce` costs ~230-550 us per call even for 8 bytes and one rank, while the

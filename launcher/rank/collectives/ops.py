@@ -1,0 +1,155 @@
+"""The public operations: allreduce, broadcast, allgather, barrier (and wait_pending). Each picks
+its path for the tree it is given (staged.py when every leaf can be staged through host memory,
+otherwise device.py and host.py) and tells the watchdog's tracker when its collective starts, is
+dispatched, waits in MPI and ends.
+
+How a leaf is read:
+- A jax.Array laid out one row per local device (pmap output, or shape (devices, ...) sharded
+  over ctx.mesh along its first axis) holds one contribution per device: allreduce reduces over
+  the devices of all hosts and returns the same shape and sharding, every row holding the total,
+  like `lax.psum` inside pmap.
+- Anything else (numpy array, Python number, an array on one device, replicated, or sharded in
+  any other way, such as a model-parallel weight) is this process's contribution: allreduce
+  reduces over processes and returns the same kind of value, with the same sharding.
+
+mpi4jax cannot run inside pmap or a jit spanning several devices, so these functions must be
+called outside jit/pmap; inside, reduce the local devices with `jax.lax.psum` as usual.
+Every process must call them in the same order with the same tree structure, shapes, dtypes and
+placements. They are not thread-safe: call them from one thread.
+"""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+from mpi4py import MPI
+
+from ..tracker import TRACKER
+from .device import _allreduce_device_leaves, _dependency, _fused_allgather, _fused_bcast
+from .host import _allreduce_host_leaves, _host_comm, _host_concat, _restore_host
+from .leaves import (DEVICE_KINDS, HOST_KINDS, _MPI_OPS, _by_wire_dtype, _classify, _dtype_of, _home_device, _split,
+                     _split_columns)
+from .staged import (_ArrayImpl, _allreduce_one_array, _allreduce_plan, _allreduce_staged, _broadcast_one_array,
+                     _broadcast_plan, _broadcast_staged, _staged_signature)
+
+
+def _check_op(op):
+    if op not in _MPI_OPS:
+        raise ValueError(f"op={op!r} is not supported; use one of {', '.join(_MPI_OPS)}")
+
+
+def allreduce(tree, op: str = "sum"):
+    """Reduce every leaf over all devices of all processes (see the module doc for leaf kinds).
+
+    op: "sum", "mean", "max" or "min". Returns a tree of the same structure, each leaf of its
+    input's kind and placement. A sum of bools counts; max/min of bools are any/all.
+    """
+    _check_op(op)
+    if type(tree) is _ArrayImpl:
+        result = _allreduce_one_array(tree, op)
+        if result is not None:
+            return result
+    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    if not leaves:
+        return tree
+    signature = _staged_signature(leaves)
+    if signature is not None:
+        return treedef.unflatten(_allreduce_staged(leaves, _allreduce_plan(signature, op), op))
+    home = _home_device()
+    kinds = [_classify(v, tree, i, home) for i, v in enumerate(leaves)]
+    results = [None] * len(leaves)
+    on_device = [i for i, k in enumerate(kinds) if k in DEVICE_KINDS]
+    on_host = [i for i, k in enumerate(kinds) if k in HOST_KINDS]
+    seq = TRACKER.start("allreduce")
+    if on_device:
+        _allreduce_device_leaves(leaves, kinds, on_device, op, results)
+        TRACKER.dispatched(seq, "allreduce", _dependency[home])
+    if on_host:
+        TRACKER.enter(seq, "allreduce")
+        _allreduce_host_leaves(leaves, kinds, on_host, op, results)
+        TRACKER.leave()
+    return jax.tree_util.tree_unflatten(treedef, results)
+
+
+def broadcast(tree, root: int = 0):
+    """Every process gets the root process's tree (same structure, shapes and dtypes required)."""
+    if type(tree) is _ArrayImpl:
+        result = _broadcast_one_array(tree, root)
+        if result is not None:
+            return result
+    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    signature = _staged_signature(leaves) if leaves else None
+    if signature is not None:
+        return treedef.unflatten(_broadcast_staged(leaves, _broadcast_plan(signature), root))
+    kinds = [_classify(v, tree, i) for i, v in enumerate(leaves)]
+    results = [None] * len(leaves)
+    device = [i for i, k in enumerate(kinds) if k in DEVICE_KINDS]
+    host = [i for i, k in enumerate(kinds) if k in HOST_KINDS]
+    home = _home_device()
+    seq = TRACKER.start("broadcast")
+    for wire, indices in _by_wire_dtype(leaves, device):
+        parts = [jax.device_put(leaves[i], home).astype(wire) for i in indices]
+        reduced = _fused_bcast(parts, root=root)
+        TRACKER.dispatched(seq, "broadcast", reduced[-1])
+        for i, value in zip(indices, reduced):
+            results[i] = jax.device_put(value.astype(leaves[i].dtype), leaves[i].sharding)
+    for wire, indices in _by_wire_dtype(leaves, host):
+        buffer = np.ascontiguousarray(_host_concat([np.asarray(leaves[i], wire) for i in indices]))
+        TRACKER.enter(seq, "broadcast")
+        _host_comm().Bcast(buffer, root=root)
+        TRACKER.leave()
+        for i, value in zip(indices, _split(buffer, [np.shape(leaves[i]) for i in indices])):
+            results[i] = _restore_host(value.astype(_dtype_of(leaves[i])), leaves[i], kinds[i])
+    TRACKER.done(seq)  # an empty tree sends nothing, and must not stay pending
+    return jax.tree_util.tree_unflatten(treedef, results)
+
+
+def allgather(tree):
+    """Concatenate every leaf over processes along its leading axis, in rank order.
+
+    A leaf of shape (n, ...) becomes (size * n, ...); a scalar becomes shape (size,). Stacked
+    leaves keep their per-device rows, so the result is in global device order. Results are
+    numpy arrays for numpy/Python inputs, and arrays on the first local device for jax inputs.
+    """
+    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    kinds = [_classify(v, tree, i) for i, v in enumerate(leaves)]
+    results = [None] * len(leaves)
+    home = _home_device()
+    seq = TRACKER.start("allgather")
+    for on_device, wanted in ((True, DEVICE_KINDS), (False, HOST_KINDS)):
+        indices = [i for i, k in enumerate(kinds) if k in wanted]
+        for wire, members in _by_wire_dtype(leaves, indices):
+            if on_device:
+                gathered = _fused_allgather([jax.device_put(leaves[i], home).astype(wire) for i in members])
+                TRACKER.dispatched(seq, "allgather", gathered[-1])
+            else:
+                buffer = np.ascontiguousarray(_host_concat([np.asarray(leaves[i], wire) for i in members]))
+                out = np.empty((MPI.COMM_WORLD.Get_size(), buffer.size), buffer.dtype)
+                TRACKER.enter(seq, "allgather")
+                _host_comm().Allgather(buffer, out)
+                TRACKER.leave()
+                gathered = _split_columns(out, [np.shape(leaves[i]) for i in members])
+            for i, value in zip(members, gathered):
+                shape = np.shape(leaves[i])
+                if shape:
+                    value = value.reshape((-1,) + tuple(shape[1:]))
+                results[i] = value.astype(_dtype_of(leaves[i]))
+    TRACKER.done(seq)  # an empty tree sends nothing, and must not stay pending
+    return jax.tree_util.tree_unflatten(treedef, results)
+
+
+def wait_pending() -> None:
+    """Block until every dispatched cross-process call has run. The fast path's calls carry no
+    JAX effect, so jax.effects_barrier() alone does not wait for them; a process must not exit
+    while one is still queued, or its peers would wait forever."""
+    jax.effects_barrier()
+    jax.block_until_ready(list(_dependency.values()))
+
+
+def barrier() -> None:
+    """Wait until every process gets here (pending cross-process calls finish first)."""
+    wait_pending()
+    seq = TRACKER.start("barrier")
+    TRACKER.enter(seq, "barrier")
+    _host_comm().Barrier()
+    TRACKER.leave()
