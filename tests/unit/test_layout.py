@@ -1,7 +1,9 @@
 """The package's shape: imports flow one way (no cycles, counting the imports inside functions
-too, since those only hide a cycle), and every package says in its docstring what lives in it."""
+too, since those only hide a cycle), every package says in its docstring what lives in it, and JAX's
+internals stay in the two modules that need them."""
 
 import ast
+import re
 from pathlib import Path
 
 import launcher
@@ -94,3 +96,34 @@ def test_every_package_ships_in_a_non_editable_install():
     listed = set(tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
     found = {module_name(init) for init in PACKAGE.rglob("__init__.py")}
     assert found <= listed, f"add them to [tool.setuptools] packages in pyproject.toml: {sorted(found - listed)}"
+
+
+# JAX's internals (`jax._src`) move between releases without notice. Each use sits behind an import with a
+# public fallback, in the one module that owns it: the staged path of the collectives, and the transport,
+# whose primitive's lowering needs JAX's ShardingContext and hlo dialect (no public name in jax 0.10).
+# mpi4jax's own internals (`mpi4jax._src`) are another matter, and not matched.
+JAX_INTERNALS = re.compile(r"(?<![\w.])jax\._src\b|\bfrom\s+jax\s+import\s+[^#\n]*\b_src\b")
+MAY_USE_JAX_INTERNALS = {"launcher/rank/collectives/staged.py", "launcher/rank/collectives/transport.py"}
+
+
+def mentions_of_jax_internals() -> list[str]:
+    """`file:line` of every line under launcher/ that names JAX's internals, outside the modules allowed to."""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        name = path.relative_to(PACKAGE.parent).as_posix()
+        if name not in MAY_USE_JAX_INTERNALS:
+            found += [f"{name}:{number}" for number, line in enumerate(path.read_text().splitlines(), 1)
+                      if JAX_INTERNALS.search(line)]
+    return found
+
+
+def test_the_checker_finds_jax_internals():
+    for line in ("from jax._src.lib import _jax", "import jax._src.array", "x = jax._src.core", "from jax import _src"):
+        assert JAX_INTERNALS.search(line), line
+    assert not JAX_INTERNALS.search("from mpi4jax._src import xla_bridge")
+
+
+def test_only_the_staged_path_and_the_transport_touch_jax_internals():
+    found = mentions_of_jax_internals()
+    assert not found, ("JAX internals (jax._src) outside launcher/rank/collectives/staged.py and transport.py: "
+                       + ", ".join(found))
