@@ -1,0 +1,41 @@
+"""Every command the local tutorials show runs, in order, under mpirun, and prints what the page shows
+after it (tests/doc_pages.py); the containers tutorial too, in the image the container tests build.
+The Slurm tutorial runs in tests/slurm/test_docs_slurm.py; the site and the pages' snippets are
+checked in tests/unit/test_docs.py."""
+
+import shutil
+
+import pytest
+
+from conftest import ROOT
+from doc_pages import LOCAL_PAGES, check_output_snippet, console_commands, run_page, split_transcript
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("page", sorted(LOCAL_PAGES))
+def test_every_command_a_local_tutorial_shows_runs(page, tmp_path):
+    commands = console_commands(ROOT / "docs" / page)
+    assert commands, f"{page} shows no commands"
+    done = run_page(ROOT / "docs" / page, tmp_path)
+    print(done.stdout[-6000:])
+    assert done.returncode == 0, f"{page}: a command failed:\n{done.stdout[-4000:]}"
+    for expected in LOCAL_PAGES[page]:
+        assert expected in done.stdout, f"{page}: {expected!r} not in the output"
+    check_output_snippet(page, split_transcript(done.stdout), tmp_path)
+
+
+@pytest.mark.e2e
+def test_every_command_of_the_containers_tutorial_runs(charliecloud_image, tmp_path):
+    """The build (a rebuild: the image the container tests built, with this working directory as a
+    new mount point) and the normalize job in it, under the host's mpirun."""
+    # The job's folder is the user's own (the image mounts it at its own path); the build script and the
+    # image are the repository's.
+    (tmp_path / "jobs").mkdir()
+    for name in ("normalize.py", "normalize.yaml"):
+        shutil.copy(ROOT / "jobs" / name, tmp_path / "jobs" / name)
+    (tmp_path / "jobs" / "container").symlink_to(ROOT / "jobs" / "container")
+    done = run_page(ROOT / "docs" / "tutorials" / "containers.md", tmp_path, links=("tests", "build"))
+    print(done.stdout[-6000:])
+    assert done.returncode == 0, done.stdout[-4000:]
+    assert '"values": [0.1' in done.stdout
+    check_output_snippet("tutorials/containers.md", split_transcript(done.stdout), tmp_path)
