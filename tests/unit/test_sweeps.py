@@ -1,6 +1,6 @@
 """Sweeps without Slurm: declaring and expanding them, validation of every configuration, the job
-array scripts (golden file, and what bash really runs), and a local sweep end to end under mpirun.
-The Slurm arrays themselves are in test_slurm_sweep.py."""
+array scripts (golden file, and what bash really runs). A local sweep end to end under mpirun is
+tests/e2e/test_local_sweep.py; the Slurm arrays themselves are in tests/slurm/test_slurm_sweep.py."""
 
 import json
 import os
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from conftest import GOLDEN, JOBS, jaxlaunch
+from conftest import GOLDEN
 from launcher.cli import main
 from launcher.errors import SpecError
 from launcher.backends.slurm import scheduler
@@ -226,43 +226,8 @@ def test_squeue_answers_for_an_array_id_from_its_tasks(monkeypatch):
     assert info.state == "RUNNING" and not info.finished and info.source == "squeue (array)"
 
 
-# --- a local sweep, end to end ---------------------------------------------------------------
-
-@pytest.mark.e2e
-def test_local_sweep_two_at_a_time_one_injected_failure_keeps_the_other_five(tmp_path):
-    sweep_dir = tmp_path / "sweep"
-    result = jaxlaunch("run", JOBS / "sweep_train.yaml", "--max-parallel", "2", "--set", "params.steps=20",
-                       "--set", "params.fail_when={seed: 1, learning_rate: 0.03}", "--run-dir", sweep_dir,
-                       timeout=300)
-    assert result.returncode == 1, result.stderr  # one configuration failed
-    assert "sweep of 6 configurations" in result.stderr and ", 2 at a time" in result.stderr
-    assert "sweep done: 5 COMPLETED, 1 FAILED (of 6)" in result.stderr
-    assert "injected failure at step 5" in result.stderr  # the failing task's reason, shown
-    record = json.loads((sweep_dir / "sweep.json").read_text())
-    assert record["backend"] == "local" and record["keys"] == ["params.learning_rate", "params.seed"]
-    from launcher import load_result
-    for task in record["tasks"]:
-        run = sweep_dir / task["folder"]
-        state = json.loads((run / "status.json").read_text())["state"]
-        values = task["values"]
-        if values == {"params.learning_rate": 0.03, "params.seed": 1}:
-            assert state == "FAILED" and not (run / "result.json").exists()
-            assert "injected failure" in (run / "output.log").read_text()
-        else:
-            assert state == "COMPLETED"
-            assert load_result(run)["config"] == {"learning_rate": values["params.learning_rate"],
-                                                  "seed": values["params.seed"]}
-    # the table on stdout: 6 rows, one FAILED
-    rows = [line for line in result.stdout.splitlines() if line.strip()[:1].isdigit()]
-    assert len(rows) == 6 and sum("FAILED" in row for row in rows) == 1
-    results = jaxlaunch("results", sweep_dir, "--best", "final_loss", "--plot", "final_loss")
-    assert results.returncode == 0, results.stderr
-    assert "best final_loss (min)" in results.stdout and "params.learning_rate=0.1" in results.stdout.splitlines()[-1]
-    assert (sweep_dir / "final_loss.png").stat().st_size > 10_000
-    assert SweepDirectory(sweep_dir).read()["tasks"] == record["tasks"]
-
-
 # --- --set of a swept key's parent ----------------------------------------------------------
+
 
 def test_set_of_the_parent_dict_keeps_each_configurations_swept_value(spec_file):
     sweep = load_job_or_sweep(spec_file(), ["params={lr: 0.5, depth: 3}"], ["params.seed=1,2,3"])
@@ -281,6 +246,7 @@ def test_sweep_inside_a_nested_set_dict_keeps_each_configurations_value(spec_fil
 
 
 # --- declaring values: more edges -----------------------------------------------------------
+
 
 @pytest.mark.parametrize("text, values", [
     ("range(0, 5, 2)", [0, 2, 4]), ("range(0, 6, 2)", [0, 2, 4]), ("range(1)", [0]), ("range(-2, 2)", [-2, -1, 0, 1]),
@@ -343,6 +309,7 @@ def test_only_the_first_errors_are_shown_and_the_rest_counted(spec_file):
 
 
 # --- job arrays on a stub Slurm: the ids, logs and index each task is recorded with ------------
+
 
 class FakeSlurm:
     """call_slurm stand-in: scontrol show config (MaxArraySize), sbatch (ids in turn, or an error)."""
