@@ -1,5 +1,5 @@
-"""Local runs as first-class jobs: `status` lists the recent ones, `logs RUN_DIR` prints them; and
-shell completion, which Click generates."""
+"""Local runs as first-class jobs: `status` lists the recent ones, `logs RUN_DIR` prints them (shell
+completion, which Click generates, is in tests/unit/test_shell_completion.py)."""
 
 import os
 
@@ -24,12 +24,3 @@ def test_status_lists_recent_local_runs_and_logs_reads_them(tmp_path):
     one = jaxlaunch("logs", failed, "--rank", "0", env=env)
     assert one.returncode == 0 and "[rank" not in one.stdout
     assert jaxlaunch("logs", failed, "--rank", "7", env=env).returncode == 2
-
-
-def test_shell_completion_scripts_are_generated():
-    for shell, marker in (("bash", "complete -o nosort -F"), ("zsh", "#compdef jaxlaunch"), ("fish", "complete --no-files --command jaxlaunch")):
-        result = jaxlaunch(env={**os.environ, "_JAXLAUNCH_COMPLETE": f"{shell}_source"})
-        assert result.returncode == 0 and marker in result.stdout, (shell, result.stdout[:200])
-    words = jaxlaunch(env={**os.environ, "_JAXLAUNCH_COMPLETE": "bash_complete", "COMP_WORDS": "jaxlaunch su",
-                           "COMP_CWORD": "1"})
-    assert "plain,submit" in words.stdout.split()
