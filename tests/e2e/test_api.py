@@ -10,7 +10,6 @@ import pytest
 
 import launcher
 from conftest import JOBS, TEST_JOBS
-from launcher.errors import UsageError
 
 
 def test_run_returns_a_handle_that_waits_and_loads_the_result(tmp_path):
@@ -44,12 +43,6 @@ def test_cancel_stops_a_running_job(tmp_path):
         time.sleep(0.2)
     job.cancel()
     assert job.state() == "CANCELLED" and job.done()
-
-
-def test_a_jobspec_takes_no_overrides(tmp_path):
-    spec = launcher.load_spec(JOBS / "normalize.yaml")
-    with pytest.raises(UsageError, match="overrides apply to a spec file"):
-        launcher.run(spec, overrides=["nodes=2"], run_dir=tmp_path / "run")
 
 
 def sleeping_job(tmp_path, seconds=60):

@@ -1,14 +1,14 @@
 """The function API (launcher.Executor) on this machine, under a real mpirun: closures and lambdas
 run on every rank and rank 0's value comes back; a failure raises with the remote traceback;
 map gives results in order; what cannot be pickled, or was pickled by another installation, is
-a clear error. Also the run's provenance (environment.json, git.diff) and `snapshot: true`."""
+a clear error. Also the run's provenance (environment.json, git.diff) and `snapshot: true`. What
+is refused before anything runs is in tests/unit/test_function_api_checks.py."""
 
 import json
 import os
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 
 import pytest
@@ -80,33 +80,6 @@ def test_a_function_defined_in_main_runs(in_tmp):
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=180, cwd=in_tmp)
     assert done.returncode == 0, done.stderr
     assert "RESULT 2" in done.stdout
-
-
-def test_an_unpicklable_capture_is_refused_before_submission_naming_it(in_tmp):
-    lock = threading.Lock()
-
-    def uses_a_lock(ctx):
-        with lock:
-            return 1
-
-    with pytest.raises(launcher.errors.UsageError) as caught:
-        launcher.Executor("local").submit(uses_a_lock)
-    message = str(caught.value)
-    assert "the closure variable 'lock' of the function" in message and "_thread.lock" in message
-    assert "nothing was submitted" in message
-    assert not (in_tmp / "runs").exists()
-    with pytest.raises(launcher.errors.UsageError, match=r"argument 1 is a .*socket"):
-        import socket
-
-        with socket.socket() as sock:
-            launcher.Executor("local").submit(lambda ctx, a, b: 1, 1, sock)
-
-
-def test_a_bad_executor_field_is_the_spec_error_a_file_gets():
-    with pytest.raises(launcher.errors.SpecError, match=r"nodes.*at least 1"):
-        launcher.Executor("local", nodes=0).job_spec(lambda ctx: 1)
-    with pytest.raises(launcher.errors.SpecError, match=r"nodez: unknown key(.|\n)*did you mean 'nodes'"):
-        launcher.Executor("local", nodez=2).job_spec(lambda ctx: 1)
 
 
 def test_a_pickle_from_another_python_or_jaxlaunch_is_named_not_an_unpickling_traceback(in_tmp):
@@ -183,20 +156,6 @@ def test_with_snapshot_code_edited_after_submit_does_not_reach_the_job(tmp_path,
     if snapshot:
         spec = json.loads((tmp_path / "run" / "spec.json").read_text())
         assert spec["entrypoint"] == f"{tmp_path / 'run' / 'code' / 'job.py'}:main"
-
-
-def test_an_executor_takes_a_spec_file_its_overrides_and_fields_and_ignores_its_entrypoint():
-    from conftest import JOBS
-    from launcher.rank.function_job import ENTRYPOINT
-
-    executor = launcher.Executor("local", spec=JOBS / "normalize.yaml", overrides=["processes_per_node=3"],
-                                 timeout="10m")
-    spec = executor.job_spec(lambda ctx: 1)
-    assert spec.entrypoint == ENTRYPOINT and spec.name == "normalize"  # the file's name, not the function's
-    assert spec.processes_per_node == 3 and spec.timeout == 600
-    assert launcher.Executor("local").job_spec(test_a_bad_executor_field_is_the_spec_error_a_file_gets).name == \
-        "test_a_bad_executor_field_is_the_spec_error_a_file_gets"
-    assert launcher.Executor("local").job_spec(lambda ctx: 1).name == "lambda"
 
 
 def test_a_function_pickled_by_reference_reaches_the_ranks_with_the_callers_sys_path(in_tmp, monkeypatch):
