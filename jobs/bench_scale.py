@@ -151,17 +151,19 @@ def _rss_kib() -> int:
 
 
 def control_server_at(connections: int) -> dict:
-    from launcher import control
+    from launcher import channel
+    from launcher import environment
+    from launcher.supervisor import channel as supervisor_channel
     from launcher.rundir import RunDirectory
 
     with tempfile.TemporaryDirectory() as folder:
         run = RunDirectory(Path(folder))
         run.logs.mkdir()
         before = _rss_kib()
-        server = control.ControlServer(run).start()
+        server = supervisor_channel.ControlServer(run).start()
         env = server.env()
-        clients = subprocess.Popen([sys.executable, __file__, "clients", env[control.CONTROL_ENV],
-                                    env[control.CONTROL_TOKEN_ENV], str(connections)],
+        clients = subprocess.Popen([sys.executable, __file__, "clients", env[environment.CONTROL_ENV],
+                                    env[environment.CONTROL_TOKEN_ENV], str(connections)],
                                    stdout=subprocess.PIPE, text=True)
         started = time.perf_counter()
         while server.connected() < connections:
@@ -170,7 +172,7 @@ def control_server_at(connections: int) -> dict:
         rss = _rss_kib() - before
         assert clients.stdout.readline().strip() == "connected"
         stop_sent = time.perf_counter()
-        server.request_stop(control.StopRequest("timeout", time.time()))
+        server.request_stop(channel.StopRequest("timeout", time.time()))
         heard = float(clients.stdout.readline())  # the clients' own perf_counter is another clock:
         stop_heard = time.perf_counter() - stop_sent  # so time it here, when they say they all have it
         started = time.perf_counter()
@@ -187,7 +189,7 @@ def _clients(address: str, token: str, count: int) -> None:
     """Another process: `count` ranks' connections; say when all heard the stop, then send done."""
     import selectors
 
-    from launcher.control import ControlClient
+    from launcher.rank.channel import ControlClient
 
     clients = [ControlClient.connect(address, token, rank) for rank in range(count)]
     print("connected", flush=True)

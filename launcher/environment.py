@@ -5,7 +5,7 @@ RUN_DIR_ENV = "JAXLAUNCH_RUN_DIR"
 # Set by the supervisor: 0 for the first attempt, 1 after the first restart, ...
 ATTEMPT_ENV = "JAXLAUNCH_ATTEMPT"
 # Set by the supervisor for each attempt: where its control server listens (host:port), and the
-# secret a rank's connection must open with (launcher/control.py).
+# secret a rank's connection must open with (launcher/channel.py).
 CONTROL_ENV = "JAXLAUNCH_CONTROL"
 CONTROL_TOKEN_ENV = "JAXLAUNCH_CONTROL_TOKEN"
 # Set by the user (spec env, or the batch environment): the address the supervisor binds to when

@@ -124,7 +124,7 @@ def main() -> None:
     from mpi4py import MPI  # MPI_Init happens here; JAX is not imported yet
 
     from ..rundir import RunDirectory
-    from ..control import ControlClient
+    from .channel import ControlClient
     from .monitor import RankMonitor
     from .output import RankOutput
     from .topology import Topology, local_rank_from_env, node_index_from_local_ranks

@@ -2,7 +2,7 @@
 early-exit detection.
 
 The supervisor (launcher/supervisor/) and the ranks talk over the control channel
-(launcher/control.py: one TCP connection per rank, every message's name and shape):
+(launcher/channel.py: every message's name and shape; this end in rank/channel.py):
 - the supervisor asks every rank for its stacks and state before it tears the job down (timeout,
   signal, watchdog), and passes a preemption notice on;
 - a rank says when its entrypoint has returned, with how many launcher collectives it made;
@@ -35,7 +35,8 @@ import threading
 import time
 from pathlib import Path
 
-from ..control import AbortRequest, ControlClient, NoticeSeen, RankDone, RankStarted, RankWaiting
+from ..channel import AbortRequest, NoticeSeen, RankDone, RankStarted, RankWaiting
+from .channel import ControlClient
 from . import preemption
 from .progress import FLUSH_SECONDS, ProgressReporter
 from .topology import node_name

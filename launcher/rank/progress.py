@@ -3,7 +3,7 @@
 The call only appends to a list (no collective, no I/O, no device sync: a jax scalar is kept as it
 is and converted later, step included: a NumPy or JAX step becomes a Python int in `take`). Every FLUSH_SECONDS the rank's monitor thread (monitor.py) takes what
 was reported and sends it to the supervisor over the control channel (rank 0 every 0.2 s), which appends it to
-RUN_DIR/metrics.jsonl (launcher/control.py): rank 0's metrics, one line per report, and each rank's
+RUN_DIR/metrics.jsonl (launcher/rundir/metrics.py): rank 0's metrics, one line per report, and each rank's
 step time, one line per rank per flush. The rest is flushed when main returns. Lines are appended,
 so they survive restarts and requeues; the user side reads them (launcher/rundir/metrics.py).
 """

@@ -8,7 +8,7 @@ Layout (the same for local runs and Slurm jobs):
     logs/rank-N.state.json  where rank N was when the job was stopped (timeout, signal, watchdog)
     logs/launcher.log   what mpirun/srun printed themselves (not a rank's output)
     logs/attempt-K/     the logs of attempt K, moved there when the job restarts (max_restarts)
-    logs/control.json   every message the ranks sent the supervisor in this attempt (launcher/control.py)
+    logs/control.json   every message the ranks sent the supervisor in this attempt (supervisor/channel.py)
     failure.json        the root cause of a failed, timed-out or cancelled job (schema: launcher/supervisor/root_cause.py, build_failure)
     checkpoints/step-N/ what ctx.checkpoints.save wrote (launcher/rank/checkpoints/)
     metrics.jsonl       ctx.report's progress: rank 0's metrics and every rank's step time (appended)

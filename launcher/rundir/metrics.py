@@ -1,7 +1,7 @@
-"""How far a job has got, from RUN_DIR/metrics.jsonl (written by the supervisor from the ranks'
-`ctx.report` calls; see launcher/rank/progress.py): the step, the rate, the ETA, the latest
-metrics and each rank's step time. The CLI's `status` and the API's `job.progress()` /
-`job.metrics()` read it."""
+"""RUN_DIR/metrics.jsonl, both halves: the lines the supervisor appends from the ranks' `ctx.report`
+calls (`report_lines`, `append_lines`; the ranks' reporter is launcher/rank/progress.py), and what
+is read back: how far a job has got (the step, the rate, the ETA, the latest metrics and each
+rank's step time). The CLI's `status` and the API's `job.progress()` / `job.metrics()` read it."""
 
 from __future__ import annotations
 
@@ -12,6 +12,28 @@ from pathlib import Path
 
 RATE_WINDOW = 50          # steps per second over (at most) the last this many reports
 TAIL_BYTES = 1 << 20      # status reads at most the last MiB of metrics.jsonl
+
+
+def report_lines(rank: int, message: dict, reports: list[dict]) -> list[dict]:
+    """The lines of one rank's progress message: one per rank-0 report (its metrics), and one for
+    the rank's own step time."""
+    lines = [{"kind": "metrics", "step": r["step"], "time": r["time"], "total": message.get("total"),
+              "metrics": r["metrics"]} for r in reports]
+    if message.get("step") is not None:
+        lines.append({"kind": "rank", "rank": rank, "step": message["step"], "time": message.get("time"),
+                      "total": message.get("total"), "step_seconds": message.get("step_seconds")})
+    return lines
+
+
+def append_lines(path: Path, lines: list[dict]) -> None:
+    """Append `lines` to metrics.jsonl in one write (one line each)."""
+    if not lines:
+        return
+    try:
+        with open(path, "a") as out:
+            out.write("".join(json.dumps(line, separators=(",", ":")) + "\n" for line in lines))
+    except OSError:
+        pass  # progress is for people; the job goes on
 
 
 @dataclass

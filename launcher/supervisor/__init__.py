@@ -2,14 +2,16 @@
 
 - `supervise.py`: the supervisor: starts mpirun or srun, enforces `timeout`, turns SIGTERM, SIGHUP
   and SIGINT into a clean stop, acts on the ranks' watchdog requests, restarts (`max_restarts`).
-- `requeue.py`: a preempted Slurm job: classify the notice, count requeues, requeue or give up.
+  What it needs from a scheduler it asks its Allocation (launcher/backends/base.py).
+- `channel.py`: its end of the control channel (the server the ranks connect to).
 - `root_cause.py`: failure.json, the first failing rank and why, and the hang report.
 - `report.py`: what people see: the ranks' output passed through, the end-of-job lines, the result.
 - `processes.py`: a job's processes on this machine, found by the run directory in their environment.
 - `__main__.py`: `python -m launcher.supervisor RUN_DIR -- LAUNCH...`, what batch scripts run.
 
 The ranks' half (collective tracking, stack dumps, the watchdog thread) lives in
-launcher/rank/monitor.py; the two talk through the control channel (launcher/control.py).
+launcher/rank/monitor.py; the two talk through the control channel: the protocol in
+launcher/channel.py, the supervisor's end in `channel.py` here, the rank's in launcher/rank/channel.py.
 """
 
 from .report import describe_outcome, result_text

@@ -11,7 +11,7 @@ output, and watches for, whichever comes first:
 SIGUSR2 is a preemption notice, not a stop: it is passed to every rank over the control channel,
 which checkpoint and return at their next agreed `ctx.should_stop()`; what that leads to is the
 allocation's to say (PREEMPTED for a local run; a Slurm job requeues itself).
-Before a stop it asks every rank for its stacks and state (over the control channel, launcher/control.py,
+Before a stop it asks every rank for its stacks and state (over the control channel: launcher/channel.py, this side in channel.py,
 answered by each rank's monitor thread; see launcher/rank/monitor.py), then ends the launcher's process group and
 any process of the job that is left on this machine. It writes failure.json and status.json, and
 restarts the whole job up to `max_restarts` times after a failure.
@@ -32,7 +32,8 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
-from ..control import ControlServer, PreemptNotice, StopRequest, left_early
+from ..channel import PreemptNotice, StopRequest
+from .channel import ControlServer, left_early
 from ..rundir import RunDirectory, atomic_write_json
 from ..owner_key import owner_key
 from ..environment import ATTEMPT_ENV, OWNER_KEY_ENV

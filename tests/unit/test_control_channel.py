@@ -1,4 +1,4 @@
-"""The control channel (launcher/control.py) on real sockets: the supervisor told of a rank's event at
+"""The control channel (launcher/channel.py) on real sockets: the supervisor told of a rank's event at
 once, a rank told when its supervisor goes. What it promises a real job (no filesystem polling by an
 idle rank, ranks that stop when their supervisor dies) is in tests/e2e/test_control_channel_jobs.py."""
 
@@ -8,7 +8,10 @@ import time
 
 import pytest
 
-from launcher import control
+from launcher import channel
+from launcher import environment
+from launcher.rank import channel as rank_channel
+from launcher.supervisor import channel as supervisor_channel
 from launcher.rundir import RunDirectory
 
 
@@ -16,13 +19,13 @@ from launcher.rundir import RunDirectory
 def server(tmp_path):
     run = RunDirectory(tmp_path / "run")
     run.logs.mkdir(parents=True)
-    with control.ControlServer(run) as server:
+    with supervisor_channel.ControlServer(run) as server:
         yield server
 
 
 def connect(server, rank):
     env = server.env()
-    return control.ControlClient.connect(env[control.CONTROL_ENV], env[control.CONTROL_TOKEN_ENV], rank)
+    return rank_channel.ControlClient.connect(env[environment.CONTROL_ENV], env[environment.CONTROL_TOKEN_ENV], rank)
 
 
 def wait_until(condition, timeout=5.0):
@@ -46,14 +49,14 @@ def test_a_rank_event_reaches_the_supervisor_at_once(server):
 def test_a_connection_without_the_secret_is_dropped_and_heard_nothing(server):
     host, _, port = server.address.rpartition(":")
     with socket.create_connection((host, int(port)), timeout=5) as intruder:
-        intruder.sendall(control.encode("hello", {"rank": 0, "token": "guess"}))
-        intruder.sendall(control.encode("abort", {"reason": "x", "message": "y", "time": 1.0}))
+        intruder.sendall(channel.encode("hello", {"rank": 0, "token": "guess"}))
+        intruder.sendall(channel.encode("abort", {"reason": "x", "message": "y", "time": 1.0}))
         try:
             heard = intruder.recv(100)
         except ConnectionResetError:  # closed with our abort unread: a reset
             heard = b""
         assert heard == b""  # closed on us
-    server.request_stop(control.StopRequest("timeout", 1.0))
+    server.request_stop(channel.StopRequest("timeout", 1.0))
     assert server.abort_requests() == [] and server.connected() == 0
 
 
@@ -73,8 +76,8 @@ def test_a_rank_speaks_only_for_itself_and_its_first_abort_counts(server):
 def test_stop_and_notice_reach_every_rank_and_a_rank_that_connects_later(server):
     early = connect(server, 0)
     wait_until(lambda: server.connected() == 1)
-    server.send_preempt_notice(control.PreemptNotice("SIGUSR2", 5.0))
-    server.request_stop(control.StopRequest("timeout", 6.0, detail="d"))
+    server.send_preempt_notice(channel.PreemptNotice("SIGUSR2", 5.0))
+    server.request_stop(channel.StopRequest("timeout", 6.0, detail="d"))
     late = connect(server, 1)
     for client in (early, late):
         kinds = []
@@ -98,7 +101,7 @@ def test_a_state_answer_is_kept_for_people_in_the_run_directory(server):
 def test_a_rank_sees_its_supervisor_go_within_half_a_second(tmp_path):
     run = RunDirectory(tmp_path / "run")
     run.logs.mkdir(parents=True)
-    server = control.ControlServer(run).start()
+    server = supervisor_channel.ControlServer(run).start()
     client = connect(server, 0)
     wait_until(lambda: server.connected() == 1)
     server.close()
@@ -113,10 +116,16 @@ def test_a_rank_that_cannot_reach_the_supervisor_is_told_how_to_fix_it():
     with socket.socket() as unused:
         unused.bind(("127.0.0.1", 0))
         port = unused.getsockname()[1]
-    with pytest.raises(control.ControlLost, match="JAXLAUNCH_CONTROL_HOST"):
-        control.ControlClient.connect(f"127.0.0.1:{port}", "t", 0, timeout=0.3)
+    with pytest.raises(rank_channel.ControlLost, match="JAXLAUNCH_CONTROL_HOST"):
+        rank_channel.ControlClient.connect(f"127.0.0.1:{port}", "t", 0, timeout=0.3)
 
 
 def test_the_supervisor_binds_where_it_is_told():
-    assert control.control_host({}) == "127.0.0.1"
-    assert control.control_host({control.CONTROL_HOST_ENV: "10.1.2.3"}) == "10.1.2.3"
+    from launcher.backends.base import Allocation
+    from launcher.backends.slurm.allocation import SlurmAllocation
+
+    assert Allocation().control_host({}) == "127.0.0.1"
+    assert Allocation().control_host({environment.CONTROL_HOST_ENV: "10.1.2.3"}) == "10.1.2.3"
+    # in a Slurm job too, the variable wins over asking Slurm for the node's address
+    assert SlurmAllocation("7").control_host({environment.CONTROL_HOST_ENV: "10.1.2.3",
+                                              "SLURMD_NODENAME": "node1"}) == "10.1.2.3"

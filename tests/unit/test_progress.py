@@ -228,15 +228,18 @@ def test_watch_draws_a_running_job_in_a_terminal_and_exits_with_its_code(tmp_pat
 def test_a_flood_of_reports_goes_in_chunks_the_supervisor_takes(tmp_path):
     """100,000 reports between two flushes once made one line over the server's limit, and the
     supervisor dropped the rank's connection (seen in jobs/bench_progress.py)."""
-    from launcher import control
+    from launcher import channel
+    from launcher import environment
+    from launcher.rank import channel as rank_channel
+    from launcher.supervisor import channel as supervisor_channel
     from launcher.rundir import RunDirectory
     from launcher.rank import progress as rank_progress
 
     run = RunDirectory(tmp_path / "run")
     run.logs.mkdir(parents=True)
-    with control.ControlServer(run, size=1) as server:
+    with supervisor_channel.ControlServer(run, size=1) as server:
         env = server.env()
-        client = control.ControlClient.connect(env[control.CONTROL_ENV], env[control.CONTROL_TOKEN_ENV], 0)
+        client = rank_channel.ControlClient.connect(env[environment.CONTROL_ENV], env[environment.CONTROL_TOKEN_ENV], 0)
         reporter = rank_progress.ProgressReporter(rank=0)
         for step in range(100_000):
             reporter.report(step, loss=0.5)
@@ -255,7 +258,7 @@ def test_a_flood_of_reports_goes_in_chunks_the_supervisor_takes(tmp_path):
             assert time.monotonic() < deadline and not client.lost
             time.sleep(0.05)
         assert server.connected() == 1  # a bad or oversized message never costs a rank its connection
-        client.sock.sendall(b"x" * (control.MAX_LINE + 10) + b"\n")
+        client.sock.sendall(b"x" * (channel.MAX_LINE + 10) + b"\n")
         client.send("done", {"collectives": 0, "time": 1.0, "stopped": None})
         while not server.done():
             assert time.monotonic() < deadline

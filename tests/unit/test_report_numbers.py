@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from launcher import control
+from launcher import environment
+from launcher.rank import channel as rank_channel
+from launcher.supervisor import channel as supervisor_channel
 from launcher.rundir import metrics as user_progress
 from launcher.cli import main
 from launcher.goodput import goodput
@@ -25,9 +27,9 @@ def test_steps_of_array_types_reach_metrics_jsonl_as_numbers(tmp_path, kind):
                "jax 0-d array": lambda s: jnp.asarray(s) + 0}[kind]
     run = RunDirectory(tmp_path / "run")
     run.logs.mkdir(parents=True)
-    with control.ControlServer(run, size=2) as server:
+    with supervisor_channel.ControlServer(run, size=2) as server:
         env = server.env()
-        ranks = [control.ControlClient.connect(env[control.CONTROL_ENV], env[control.CONTROL_TOKEN_ENV], r)
+        ranks = [rank_channel.ControlClient.connect(env[environment.CONTROL_ENV], env[environment.CONTROL_TOKEN_ENV], r)
                  for r in (0, 1)]
         reporters = [ProgressReporter(rank=r) for r in (0, 1)]
         for step in range(3):

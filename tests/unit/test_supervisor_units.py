@@ -17,7 +17,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from launcher import control
+from launcher.supervisor import channel as supervisor_channel
 from launcher.rundir import RunDirectory
 from launcher.rank import monitor, preemption
 from launcher.environment import RUN_DIR_ENV
@@ -31,12 +31,12 @@ from launcher.supervisor.supervise import Outcome, Supervisor, describe_outcome,
 supervise = importlib.import_module("launcher.supervisor.supervise")  # the package exports a function by that name
 
 # Stands in for `mpirun ... bootstrap`: argv[1] says how the "ranks" behave this attempt. Each
-# fake rank speaks the real control protocol (launcher/control.py) to the supervisor.
+# fake rank speaks the real control protocol (launcher/channel.py) to the supervisor.
 FAKE_LAUNCHER = r'''
 import json, os, signal, sys, time
 from pathlib import Path
 
-from launcher.control import ControlClient
+from launcher.rank.channel import ControlClient
 
 run = Path(os.environ["JAXLAUNCH_RUN_DIR"])
 ranks = int(os.environ["FAKE_RANKS"])
@@ -215,7 +215,7 @@ def test_a_ranks_stop_request_ends_the_job_in_its_state(fake_launcher, tmp_path,
 def test_the_earliest_stop_request_is_the_reason(tmp_path):
     spec, run = make_run(tmp_path)
     sup = Supervisor(spec, run, [], {})
-    sup.channel = control.ControlServer(run)  # an attempt's channel (not started: no socket)
+    sup.channel = supervisor_channel.ControlServer(run)  # an attempt's channel (not started: no socket)
     for rank, reason, at in ((0, "collective_timeout", 20.0), (1, "left_early", 10.0), (2, "collective_timeout", 30.0)):
         sup.channel._records["abort"][rank] = {"rank": rank, "reason": reason, "message": f"rank {rank}'s request",
                                                "time": at}
@@ -673,16 +673,16 @@ def done_record(rank, collectives, at=None):
 
 
 def test_a_peer_that_left_main_is_the_cause():
-    request = control.left_early([waiting_record(0, 2)], [done_record(1, 1), done_record(2, 5)])
+    request = supervisor_channel.left_early([waiting_record(0, 2)], [done_record(1, 1), done_record(2, 5)])
     assert request is not None and request.reason == "left_early" and request.culprit == 1 and request.rank == 0
     assert request.message == "rank 1 left main after 1 collectives, while rank 0 waits in allreduce #2"
     assert request.collective["seq"] == 2 and 1.4 < request.collective["seconds"] < 3
 
 
 def test_no_peer_is_blamed_that_joined_the_collective_or_when_no_one_waits():
-    assert control.left_early([waiting_record(0, 2)], [done_record(1, 2), done_record(2, 5)]) is None
-    assert control.left_early([], [done_record(1, 1)]) is None
-    assert control.left_early([waiting_record(0, 2)], []) is None
+    assert supervisor_channel.left_early([waiting_record(0, 2)], [done_record(1, 2), done_record(2, 5)]) is None
+    assert supervisor_channel.left_early([], [done_record(1, 1)]) is None
+    assert supervisor_channel.left_early([waiting_record(0, 2)], []) is None
 
 
 def test_a_peer_that_left_main_is_the_cause_even_past_collective_timeout(tmp_path):
@@ -690,7 +690,7 @@ def test_a_peer_that_left_main_is_the_cause_even_past_collective_timeout(tmp_pat
     collective: the supervisor names rank 1."""
     spec, run = make_run(tmp_path, collective_timeout=1)
     sup = Supervisor(spec, run, [], {})
-    sup.channel = control.ControlServer(run)  # an attempt's channel (not started: no socket)
+    sup.channel = supervisor_channel.ControlServer(run)  # an attempt's channel (not started: no socket)
     sup.channel._records["abort"][0] = {"rank": 0, "reason": "collective_timeout", "time": time.time(),
                                         "message": "allreduce #2 on rank 0 waited 2 s, past collective_timeout=1 s"}
     sup.channel._records["waiting"][0] = waiting_record(0, 2)

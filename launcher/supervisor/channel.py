@@ -1,209 +1,31 @@
-"""The control protocol between a job's supervisor and its ranks: every message's name and shape,
-and the channel that carries them, for both sides.
-
-The channel is one TCP connection per rank to a small server in the supervisor, carrying one JSON
-object per line. Nothing polls the run directory: at 1,024 ranks on Lustre or NFS, file polling is
-~10,000 metadata operations a second, and NFS's negative cache can hide a new file for 30-60 s.
-Why our own few lines and not an existing engine: jax.distributed's coordination service lives only
-inside JAX processes that called `initialize` (the supervisor is not one, and most jobs never call
-it); torch's TCPStore would bring torch; ZeroMQ would bring a C library for what is a handful of
-events per rank per job. The design is torchelastic's: the agent (our supervisor) hosts the store,
-ranks connect to it, a lost connection means a lost agent.
-
-- The supervisor binds to an address of the node it runs on (127.0.0.1 for a local run; the Slurm
-  node's NodeAddr in a batch job; JAXLAUNCH_CONTROL_HOST overrides both) and gives every rank
-  JAXLAUNCH_CONTROL=host:port and a per-attempt secret, JAXLAUNCH_CONTROL_TOKEN. A connection must
-  open with that secret, or it is dropped.
-- Ranks detect a lost supervisor by the connection's end (a killed process's kernel closes it) or
-  by TCP keepalive (a dead host): about 11 s at most.
-- The run directory keeps the records people read afterwards: logs/rank-N.state.json (the hang
-  report) when a rank answers a stop, and logs/control.json with every rank's messages when an
-  attempt ends.
-
-Supervisor -> every rank (also replayed to a rank that connects later):
-    stop        StopRequest: dump your stacks and state now, the job is being stopped
-    preempt     PreemptNotice: the supervisor got a preemption notice (SIGUSR2)
-Rank N -> supervisor (the first line is hello: its rank and the secret):
-    started     RankStarted: the rank is up (its host and pid)
-    waiting     RankWaiting: one of its collectives has waited a while (sent once per collective);
-                the supervisor checks it against the ranks that have left main
-    abort       AbortRequest: stop the job (a collective past collective_timeout)
-    notice      NoticeSeen: a preemption notice reached this rank (and how)
-    state       RankState: where the rank was when asked to stop (the hang report)
-    done        RankDone: its entrypoint returned, after this many launcher collectives
+"""The supervisor's end of the control channel: a small TCP server, one connection per rank, one
+JSON object per line (the protocol: launcher/channel.py). It keeps what the ranks said in memory,
+sends them stop requests and preemption notices, appends their progress to metrics.jsonl
+(launcher/rundir/metrics.py) and names a slow rank (launcher/stragglers.py). `left_early` is the
+policy that names a rank which left main while its peers wait in a collective.
 """
 
 from __future__ import annotations
 
 import hmac
-import json
-import os
 import resource
 import secrets
-import select
 import selectors
 import socket
 import threading
 import time
-from dataclasses import asdict, dataclass, field
 
-from .rundir import RunDirectory, atomic_write_json
-from .stragglers import Stragglers
-from .environment import CONTROL_ENV, CONTROL_HOST_ENV, CONTROL_TOKEN_ENV
+from dataclasses import asdict
 
-MAX_LINE = 1 << 20          # a message longer than this is a protocol error
-HELLO_BYTES = 4096          # what a connection may send before its hello is accepted (a hello is ~80)
-HELLO_SECONDS = 10.0        # a connection must say hello within this long
+from ..channel import (HELLO_BYTES, HELLO_SECONDS, MAX_LINE, NUMBER, RANK_KINDS, AbortRequest, BadMessage,
+                       PreemptNotice, StopRequest, check_rank_message, encode, has_type, parse_line)
+from ..environment import CONTROL_ENV, CONTROL_TOKEN_ENV
+from ..rundir import RunDirectory, atomic_write_json
+from ..rundir import metrics
+from ..stragglers import Stragglers
+
 ACCEPT_BACKOFF = (0.05, 1.0)  # accept() failing (EMFILE...): stop listening this long, doubling up to the max
 REFUSALS_LOGGED = 20        # refused messages written to events.jsonl per attempt (then only counted)
-CONNECT_SECONDS = 60.0      # a rank keeps trying to reach the supervisor this long at start-up
-# TCP keepalive on the ranks' side: a supervisor host that died silently is noticed after
-# IDLE + INTERVAL * COUNT seconds.
-KEEPALIVE = (5, 2, 3)
-RANK_KINDS = ("started", "waiting", "abort", "notice", "state", "done", "progress")
-
-
-@dataclass
-class StopRequest:
-    reason: str             # timeout, collective_timeout, left_early, cancelled, ...
-    time: float
-    detail: str | None = None
-    attempt: int | None = None
-
-
-@dataclass
-class PreemptNotice:
-    signal: str
-    time: float
-
-
-@dataclass
-class RankStarted:
-    rank: int
-    host: str
-    pid: int
-    time: float
-
-
-@dataclass
-class RankWaiting:
-    rank: int
-    seq: int                # the collective's number on this rank (1 for the first)
-    name: str
-    since: float            # when it started (time.time())
-
-
-@dataclass
-class RankDone:
-    rank: int
-    collectives: int        # launcher collectives the rank made
-    time: float
-    stopped: dict | None = None  # the agreed preemption stop it returned at, if any
-
-
-@dataclass
-class AbortRequest:
-    rank: int
-    host: str
-    reason: str             # collective_timeout or left_early
-    message: str
-    time: float
-    collective: dict = field(default_factory=dict)  # {"seq", "name", "seconds"}
-    culprit: int | None = None  # the rank that left main early
-
-
-@dataclass
-class NoticeSeen:
-    rank: int
-    sources: list[str]      # SIGUSR2, SIGTERM, supervisor
-    time: float | None
-
-
-# What each rank message must carry, and of which JSON type, before anything reads it: a message
-# without them (or with others' types) is refused, so no field access downstream can fail.
-# (JSON numbers: int or float, never bool; None where a field may be null.)
-NUMBER = (int, float)
-MESSAGE_FIELDS: dict[str, dict[str, tuple]] = {
-    "started": {"host": (str,), "pid": (int,), "time": NUMBER},
-    "waiting": {"seq": (int,), "name": (str,), "since": NUMBER},
-    "abort": {"reason": (str,), "message": (str,), "time": NUMBER},
-    "notice": {"sources": (list,)},
-    "state": {"time": NUMBER, "reason": (str,)},
-    "done": {"collectives": (int,), "time": NUMBER},
-    "progress": {},
-}
-OPTIONAL_FIELDS: dict[str, dict[str, tuple]] = {
-    "abort": {"host": (str,), "collective": (dict,), "culprit": (int, type(None))},
-    "notice": {"time": (int, float, type(None))},
-    "state": {"host": (str,), "where": (str, type(None)), "collectives_started": (int,),
-              "collectives_completed": (int,), "waiting_in": (dict, type(None))},
-    "done": {"stopped": (dict, type(None))},
-}
-# The reasons a rank may give for stopping the job (the supervisor finds left_early itself).
-RANK_ABORT_REASONS = ("collective_timeout",)
-
-
-class BadMessage(ValueError):
-    """A message that is not what the protocol says: refused (that message, or the connection
-    before its hello), never the serving thread."""
-
-
-def _is(value, types: tuple) -> bool:
-    return isinstance(value, types) and not isinstance(value, bool) or (value is None and type(None) in types)
-
-
-def parse_line(line: bytes) -> tuple[str, dict]:
-    """(kind, fields) of one line; BadMessage for anything but a JSON object with a string kind
-    (deep nesting, NaN/Infinity, invalid UTF-8 and lone surrogates included)."""
-    try:
-        message = json.loads(line, parse_constant=_no_constant)
-    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
-        raise BadMessage(f"not JSON ({type(exc).__name__})") from None
-    if not isinstance(message, dict) or not isinstance(message.get("kind"), str):
-        raise BadMessage("not a JSON object with a kind")
-    kind = message.pop("kind")
-    try:
-        json.dumps(message, ensure_ascii=False).encode()  # lone surrogates cannot be written anywhere
-    except (UnicodeEncodeError, ValueError, RecursionError):
-        raise BadMessage("a string that is not text (a lone surrogate)") from None
-    return kind, message
-
-
-def _no_constant(name: str):
-    raise ValueError(f"{name} is not a number")
-
-
-def check_rank_message(kind: str, message: dict) -> None:
-    """BadMessage unless `message` is a `kind` the ranks send, with its fields of their types."""
-    if kind not in MESSAGE_FIELDS:
-        raise BadMessage(f"unknown kind {kind[:40]!r}")
-    for name, types in MESSAGE_FIELDS[kind].items():
-        if name not in message or not _is(message[name], types):
-            raise BadMessage(f"{kind}: {name} missing or not {'/'.join(t.__name__ for t in types)}")
-    for name, types in OPTIONAL_FIELDS.get(kind, {}).items():
-        if name in message and not _is(message[name], types):
-            raise BadMessage(f"{kind}: {name} is not {'/'.join(t.__name__ for t in types)}")
-    if kind == "abort" and message["reason"] not in RANK_ABORT_REASONS:
-        raise BadMessage(f"abort: a rank cannot stop the job for {message['reason'][:40]!r}")
-    if kind == "notice" and not all(isinstance(source, str) for source in message["sources"]):
-        raise BadMessage("notice: sources must be strings")
-    stopped = message.get("stopped") if kind == "done" else None
-    if stopped is not None and not (isinstance(stopped.get("sources", []), list)
-                                    and all(isinstance(x, str) for x in stopped.get("sources", []))):
-        raise BadMessage("done: stopped.sources must be strings")
-
-
-def encode(kind: str, record) -> bytes:
-    body = asdict(record) if not isinstance(record, dict) else dict(record)
-    return (json.dumps({"kind": kind, **body}, separators=(",", ":"), default=str) + "\n").encode()
-
-
-def _keepalive(sock: socket.socket) -> None:
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-    idle, interval, count = KEEPALIVE
-    for name, value in (("TCP_KEEPIDLE", idle), ("TCP_KEEPINTVL", interval), ("TCP_KEEPCNT", count)):
-        if hasattr(socket, name):
-            sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, name), value)
 
 
 def left_early(waiting: list[dict], done: list[dict]) -> AbortRequest | None:
@@ -529,7 +351,7 @@ class ControlServer:
         if (kind != "hello" or not isinstance(token, str) or not token.isascii()
                 or not hmac.compare_digest(token, self.token)):
             raise BadMessage("no hello with the job's secret")
-        if not _is(rank, (int,)) or rank < 0 or (self.size and rank >= self.size):
+        if not has_type(rank, (int,)) or rank < 0 or (self.size and rank >= self.size):
             raise BadMessage(f"hello: rank {str(rank)[:20]} is not one of the job's {self.size} ranks")
         if any(other.rank == rank for other in self._connections.values()):
             raise BadMessage(f"hello: rank {rank} is connected already")
@@ -551,15 +373,11 @@ class ControlServer:
         if not (isinstance(reports, list) and all(isinstance(r, dict) and {"step", "time", "metrics"} <= r.keys()
                                                    for r in reports)):
             return False
-        if arrivals and not (isinstance(arrivals, dict) and _is(arrivals.get("first"), (int,))
+        if arrivals and not (isinstance(arrivals, dict) and has_type(arrivals.get("first"), (int,))
                              and isinstance(arrivals.get("times"), list)
-                             and all(_is(t, NUMBER) for t in arrivals["times"])):
+                             and all(has_type(t, NUMBER) for t in arrivals["times"])):
             return False
-        lines = [{"kind": "metrics", "step": r["step"], "time": r["time"], "total": message.get("total"),
-                  "metrics": r["metrics"]} for r in reports]
-        if message.get("step") is not None:
-            lines.append({"kind": "rank", "rank": rank, "step": message["step"], "time": message.get("time"),
-                          "total": message.get("total"), "step_seconds": message.get("step_seconds")})
+        lines = metrics.report_lines(rank, message, reports)
         if arrivals:
             self.stragglers.add(rank, arrivals["first"], list(arrivals["times"]))
             verdict = self.stragglers.verdict()
@@ -569,15 +387,9 @@ class ControlServer:
             if named != who or (verdict is not None and now - written > 5):
                 self.straggler = verdict
                 self._straggler_written = (named, now)
-                host = (self._records["started"].get(named) or {}).get("host") if named is not None else None
+                host = None if named is None else (self._records["started"].get(named) or {}).get("host")
                 lines.append({"kind": "straggler", "time": now, **(verdict or {"rank": None}), "host": host})
-        if not lines:
-            return True
-        try:
-            with open(self.run.metrics_file, "a") as out:
-                out.write("".join(json.dumps(line, separators=(",", ":")) + "\n" for line in lines))
-        except OSError:
-            pass  # progress is for people; the job goes on
+        metrics.append_lines(self.run.metrics_file, lines)
         return True
 
     def _flush(self, connection: _Connection) -> None:
@@ -598,133 +410,3 @@ class ControlServer:
             left = bool(connection.outbox)
         events = selectors.EVENT_READ | (selectors.EVENT_WRITE if left else 0)
         self._selector.modify(connection.sock, events, connection)
-
-
-def control_host(env=os.environ) -> str:
-    """The address the supervisor binds to: JAXLAUNCH_CONTROL_HOST, else (in a Slurm job) the
-    batch node's NodeAddr, else 127.0.0.1."""
-    if env.get(CONTROL_HOST_ENV):
-        return env[CONTROL_HOST_ENV]
-    node = env.get("SLURMD_NODENAME")
-    if node:
-        from .backends.slurm import scheduler
-
-        try:
-            for word in scheduler.call_slurm(["scontrol", "show", "node", "--oneliner", node], timeout=20).split():
-                if word.startswith("NodeAddr="):
-                    return socket.gethostbyname(word.partition("=")[2])
-        except (scheduler.SchedulerError, OSError):
-            pass
-        try:
-            return socket.gethostbyname(socket.gethostname())
-        except OSError:
-            pass
-    return "127.0.0.1"
-
-
-class ControlLost(Exception):
-    """The supervisor cannot be reached any more (or never could)."""
-
-
-class ControlClient:
-    """A rank's side: its one connection to the supervisor. `send` may be called from any thread;
-    `receive` from one thread only (the rank's monitor)."""
-
-    def __init__(self, sock: socket.socket, rank: int):
-        self.sock, self.rank = sock, rank
-        self.lost: str | None = None     # why the supervisor is gone, once it is
-        self._send_lock = threading.Lock()
-        self._inbox = bytearray()
-        self._poller = select.poll()
-        self._poller.register(sock, select.POLLIN)
-
-    @classmethod
-    def connect(cls, address: str, token: str, rank: int, timeout: float = CONNECT_SECONDS) -> "ControlClient":
-        host, _, port = address.rpartition(":")
-        host = host.strip("[]")
-        deadline = time.monotonic() + timeout
-        delay = 0.05
-        while True:
-            try:
-                sock = socket.create_connection((host, int(port)), timeout=10)
-                break
-            except OSError as exc:
-                if time.monotonic() + delay > deadline:
-                    raise ControlLost(
-                        f"rank {rank} cannot reach the jaxlaunch supervisor at {address} ({exc}); if the compute "
-                        f"nodes reach the batch node by another address, set {CONTROL_HOST_ENV} to it") from exc
-                time.sleep(delay)
-                delay = min(delay * 2, 1.0)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        _keepalive(sock)
-        sock.settimeout(None)
-        client = cls(sock, rank)
-        client.send("hello", {"rank": rank, "token": token})
-        return client
-
-    @classmethod
-    def from_env(cls, rank: int, env=os.environ) -> "ControlClient | None":
-        """Connected to the supervisor named in the environment; None when there is none (a program
-        started without jaxlaunch)."""
-        if not env.get(CONTROL_ENV):
-            return None
-        return cls.connect(env[CONTROL_ENV], env.get(CONTROL_TOKEN_ENV, ""), rank)
-
-    def send(self, kind: str, record) -> bool:
-        if self.lost:
-            return False
-        try:
-            with self._send_lock:
-                self.sock.sendall(encode(kind, record))
-            return True
-        except OSError as exc:
-            self.lost = self.lost or f"sending failed: {exc}"
-            return False
-
-    def receive(self, timeout: float) -> list[dict]:
-        """The supervisor's messages that arrive within `timeout` seconds (all that are ready)."""
-        if self.lost:
-            time.sleep(timeout)
-            return []
-        messages = []
-        deadline = time.monotonic() + timeout
-        while True:
-            try:  # poll, not select: a rank of a big job may hold file descriptors past select's 1024
-                ready = self._poller.poll(max(0.0, deadline - time.monotonic()) * 1000)
-            except (OSError, ValueError) as exc:
-                self.lost = f"the connection broke: {exc}"
-                return messages
-            if not ready:
-                return messages
-            try:
-                data = self.sock.recv(65536)
-            except OSError as exc:
-                data, why = b"", f"the connection broke: {exc}"
-            else:
-                why = "the supervisor closed the connection"
-            if not data:
-                self.lost = why
-                return messages
-            self._inbox += data
-            while b"\n" in self._inbox:
-                line, _, rest = bytes(self._inbox).partition(b"\n")
-                self._inbox = bytearray(rest)
-                try:
-                    messages.append(json.loads(line))
-                except ValueError:
-                    continue
-            if messages:
-                return messages
-
-    def close(self, linger: float = 2.0) -> None:
-        """Say we are finished and wait (briefly) for the supervisor to close its side: closing
-        with its messages unread would reset the connection and could lose our last ones."""
-        try:
-            self.sock.shutdown(socket.SHUT_WR)
-            self.sock.settimeout(linger)
-            while self.sock.recv(65536):
-                pass
-        except OSError:
-            pass
-        finally:
-            self.sock.close()
