@@ -53,17 +53,4 @@ def find_job(job_id_or_run_dir) -> Job:
     return get_backend("local").find(folder)
 
 
-def allocation_here(env=None) -> Allocation:
-    """The in-job side for a supervisor started by a batch script (`python -m launcher.supervisor`):
-    the first backend whose job this process runs in, else this machine (base.Allocation)."""
-    import os
-
-    env = os.environ if env is None else env
-    for name in BACKENDS:
-        found = get_backend(name).allocation_here(env)
-        if found is not None:
-            return found
-    return Allocation()
-
-
-__all__ = ["Allocation", "allocation_here", "Backend", "Job", "BACKENDS", "get_backend", "find_job", "is_job_id"]
+__all__ = ["Allocation", "Backend", "Job", "BACKENDS", "get_backend", "find_job", "is_job_id"]

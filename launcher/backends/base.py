@@ -1,8 +1,22 @@
-"""The seam every backend implements: `Backend` starts and finds jobs, `Job` is the handle.
+"""The seam every backend implements: `Backend` plans, starts and finds jobs, `Job` is the handle.
 
 A `Job` answers from its run directory (status.json, failure.json, logs) and from its backend
 (the scheduler's view, the supervisor's process). `repr` does no I/O. `wait` backs off: it asks
 again after 0.5 s, then 1.5 times longer each time the state stays the same, up to `MAX_POLL`.
+
+Code outside a backend's package reaches it only through this seam: `get_backend(name)` and
+`find_job(ref)` (launcher/backends/__init__.py) give a `Backend` or a `Job`, whose methods below
+are all the CLI, the status tables, doctor, explain and the Python API use. What a new backend
+must write: the abstract methods (`Job.state/logs/cancel`, `Backend.plan/start_plan/start_sweep/
+start_map/find`); every other method has a default that suits a backend without that feature.
+
+  routing       Backend.claims(ref): is this text one of my job ids (no I/O)
+  planning      Backend.plan(...) -> Plan; Plan.describe() is what render and --dry-run print, and
+                Backend.start(...) is start_plan(plan(...)): what is shown is what starts
+  status        Backend.listed/resolve/status_rows/sweep_states/not_asked_line: this backend's
+                part of `jaxlaunch status`; one backend that cannot be asked spoils only its part
+  explain       Backend.placement/check_fit/fit_verdict/container_command
+  doctor        Backend.start_doctor_checks(env)
 """
 
 from __future__ import annotations
@@ -14,6 +28,7 @@ from pathlib import Path
 from ..errors import JobFailedError, UnknownJobError, UsageError
 from ..rundir import RunDirectory
 from ..states import JobState, StatusRecord
+from ..supervisor.allocation import Allocation  # the in-job side of the seam (backends implement it)
 
 FIRST_POLL, MAX_POLL, BACKOFF = 0.5, 10.0, 1.5
 
@@ -26,6 +41,7 @@ class Job(ABC):
     def __init__(self, job_id: str, run: RunDirectory | None):
         self.id = job_id
         self.run = run
+        self.warnings: list[str] = []  # what the checks before the start could not confirm (submit prints them)
 
     @property
     def run_dir(self) -> Path | None:
@@ -167,97 +183,224 @@ class Job(ABC):
     def cancel(self) -> None:
         """Stop the job (its supervisor records CANCELLED)."""
 
+    def exists(self) -> bool:
+        """Whether anything knows this job: its run directory, else its backend (False: a wrong id).
+        A handle with a run directory answers without I/O; one without may ask its backend once
+        (and raise the backend's SchedulerError when it cannot be asked)."""
+        return self.run is not None
 
-class Backend(ABC):
-    """Starts jobs and finds them again. Subclasses: local.LocalBackend, slurm.SlurmBackend."""
+    def describe_state(self, state: JobState) -> str:
+        """`state` (what `state()` just gave) as the status table and `--wait` show it: the
+        default is the state's name; a backend may add why the job waits ('PENDING (Resources)'),
+        from what it already knows (no new I/O)."""
+        return str(state)
 
-    name = ""
+    def status_label(self) -> str:
+        """What begins `jaxlaunch status`'s lines about this job ('job 12'). No I/O."""
+        return f"job {self.id}"
+
+    def status_notes(self) -> list[str]:
+        """Lines about this job that `jaxlaunch status` prints under its table, before the job's
+        progress (Slurm: how often it requeued itself), each without the label; [] when none.
+        Reads the run directory only."""
+        return []
+
+    def no_log_yet(self, rank: int | None = None) -> str | None:
+        """Why `jaxlaunch logs` has nothing to print yet, when the backend can tell: the one file
+        `logs(rank)` reads does not exist yet ('no log yet at PATH'). None when `logs(rank)` can
+        just be printed (it is "" before there is any output). UsageError for a rank the job does
+        not have."""
+        return None
+
+
+class Plan(ABC):
+    """What starting a spec (or a sweep) would do, decided before anything is created. `describe()`
+    is what `jaxlaunch render` and `--dry-run` print, and `Backend.start_plan` starts this same
+    object (torchx's `schedule(dryrun(...))`), so what is shown and what starts cannot disagree.
+    Made by `Backend.plan`, which checks first what it can (a plan is of something that can start).
+
+    `subject` is the JobSpec or the Sweep; `run_dir` the run (or sweep) directory it shows, named
+    as of now; `requested` what the caller asked for (a path, or None for the spec's run_dir or
+    runs/{name}-{time}), which `start_plan` creates. Only when that yields another folder (the
+    name was taken within the same second) does the job run in a folder other than the one shown,
+    with the same plan made for it."""
+
+    def __init__(self, subject, run_dir: Path, requested=None):
+        self.subject = subject
+        self.run_dir = Path(run_dir)
+        self.requested = requested
 
     @abstractmethod
+    def describe(self) -> str:
+        """The text `render` and `--dry-run` print, ending in a newline. No I/O."""
+
+
+class StatusRows:
+    """One backend's table in `jaxlaunch status`: `headers`, `rows` (one per known job, in the
+    order asked), `jobs` (the handle of each row, same order), `unknown` (the ids nobody knows:
+    named on the command line, they end `status` with exit 2 after the table)."""
+
+    def __init__(self, headers: list[str], rows: list[list[str]], jobs: list[Job], unknown: list[str] = ()):
+        self.headers, self.rows, self.jobs, self.unknown = list(headers), rows, jobs, list(unknown)
+
+
+class Placement:
+    """Where a backend starts a spec's ranks, as `jaxlaunch explain` shows it (no I/O to make):
+    `where` ('this machine, under mpirun'), `node_env` (what every rank of a node sees before its
+    devices are chosen: Slurm's CUDA_VISIBLE_DEVICES of a GPU job) and `rank_env` (what the
+    backend adds to every rank's environment after that)."""
+
+    def __init__(self, where: str, node_env: dict[str, str] | None = None, rank_env: dict[str, str] | None = None):
+        self.where, self.node_env, self.rank_env = where, dict(node_env or {}), dict(rank_env or {})
+
+
+class Backend(ABC):
+    """Plans, starts and finds jobs. Subclasses: local.LocalBackend, slurm.SlurmBackend.
+    Making one does no I/O."""
+
+    name = ""
+    # How this backend's job ids look, for the CLI's messages: "a Slurm job id" and "a number,
+    # e.g. 12345, or 123_4 for an array task"; empty when it has none (a local run is named by
+    # its run directory).
+    id_name = ""
+    id_example = ""
+
+    # --- routing ---------------------------------------------------------------------------
+
+    def claims(self, ref: str) -> bool:
+        """Whether `ref` (a command-line argument) is one of this backend's job ids, from its text
+        alone: no I/O. A run directory is no backend's claim: `find_job` reads its status.json."""
+        return False
+
+    @abstractmethod
+    def find(self, ref, run: RunDirectory | None = None) -> Job:
+        """A handle on an earlier job of this backend: `ref` is a job id it claims (with `run`, its
+        run directory, when the caller has it) or, for a backend without ids, a run directory.
+        UsageError when `ref` names no single job."""
+
+    def find_to_cancel(self, ref: str) -> Job:
+        """The handle `jaxlaunch cancel REF` cancels: as `find`, except that an id naming a group
+        of jobs (a Slurm job array) gives one handle on the whole group."""
+        return self.find(ref)
+
+    # --- planning and starting -----------------------------------------------------------------
+
+    @abstractmethod
+    def plan(self, spec_or_sweep, run_dir=None, max_parallel: int | None = None) -> Plan:
+        """The plan of starting a JobSpec (or a Sweep) in `run_dir` (None: the spec's run_dir, else
+        runs/{name}-{time}); nothing is created or started. Raises what would stop it from
+        starting that can be told without creating anything (SpecError, UsageError)."""
+
+    def preview(self, spec_or_sweep, run_dir=None, max_parallel: int | None = None) -> str:
+        """What starting it would do, as text (`render`, `--dry-run`): `plan(...).describe()`."""
+        return self.plan(spec_or_sweep, run_dir, max_parallel).describe()
+
+    @abstractmethod
+    def start_plan(self, plan: Plan, files: dict[str, bytes] | None = None, **options) -> Job:
+        """Start the job `plan` (of a JobSpec) describes, as it describes it, and return at once
+        with its handle. `files` ({relative path: bytes}) are written into the run directory before
+        the job starts (a function job's call); `options` are the backend's own (Slurm: `check`)."""
+
     def start(self, spec, run_dir=None, files: dict[str, bytes] | None = None, **options) -> Job:
-        """Start `spec` (a JobSpec) and return at once with its handle. `files` ({relative path:
-        bytes}) are written into the run directory before the job starts (a function job's call)."""
+        """Start `spec` (a JobSpec) and return at once with its handle: `start_plan(plan(spec, run_dir))`."""
+        return self.start_plan(self.plan(spec, run_dir), files, **options)
 
     @abstractmethod
     def start_map(self, sweep, files: list[dict[str, bytes]], max_parallel: int | None = None) -> list[Job]:
         """Start every configuration of `sweep` (one per item of Executor.map), configuration i
-        with `files[i]` in its run directory; the handles, in order."""
+        with `files[i]` in its run directory; returns at once with the handles, in order."""
 
     @abstractmethod
     def start_sweep(self, sweep, run_dir=None, max_parallel: int | None = None, echo=print):
-        """Start every configuration of `sweep`; returns the sweep directory."""
+        """Start every configuration of `sweep` in a new sweep directory, `max_parallel` at a
+        time, echoing progress; returns (the SweepDirectory, the backend's answer): local runs
+        them all here and answers with the exit code (0: all completed); Slurm submits and
+        answers with the job array ids."""
 
-    @abstractmethod
-    def preview(self, spec_or_sweep, run_dir=None, max_parallel: int | None = None) -> str:
-        """What starting it would do, as text (--dry-run); nothing is created or started."""
+    def wait_for_sweep(self, directory, echo, poll_seconds: float = 2.0) -> list:
+        """Follow every task of the sweep in `directory` (a SweepDirectory) to its end, echoing the
+        summary line whenever it changes; the final TaskStates (launcher/sweeps/tasks.py)."""
+        from ..sweeps.tasks import all_finished, summary_line
 
-    @abstractmethod
-    def find(self, job_id_or_run_dir, run: RunDirectory | None = None) -> Job:
-        """A handle on an earlier job of this backend."""
-
-    def allocation_here(self, env) -> "Allocation | None":
-        """The in-job side, when this process runs inside one of this backend's jobs (None else)."""
-        return None
+        last = None
+        while True:
+            states = self.sweep_states(directory)
+            line = summary_line(directory, states)
+            if line != last:
+                echo(line)
+                last = line
+            if all_finished(states):
+                return states
+            time.sleep(poll_seconds)
 
     def states(self, jobs: list[Job]) -> dict[str, JobState]:
         """The state of many jobs, asking the backend as few times as it can (one call for all)."""
         return {job.id: job.state() for job in jobs}
 
+    # --- jaxlaunch status ----------------------------------------------------------------------
 
-class Allocation:
-    """The in-job side of a backend: what a running job's supervisor needs from the place its job
-    runs (submitit's JobEnvironment, torchelastic's agent). The supervisor is given one and never
-    asks a scheduler itself. This base class is a machine of our own (a local run): the ranks
-    reach the supervisor on 127.0.0.1, no node can be lost, and nothing is requeued.
-    Slurm's: launcher/backends/slurm/allocation.py."""
+    def listed(self) -> tuple[list, list[Job]]:
+        """What `jaxlaunch status` without arguments shows of this backend: (sweep directories,
+        job handles), newest first, from what this machine recorded (no scheduler call)."""
+        return [], []
 
-    backend = "local"
-    job_id: str | None = None   # the scheduler's id for the job, when it has one
+    def resolve(self, refs: list[str]) -> tuple[list, list[Job]]:
+        """The ids the user named that this backend claims, as (sweep directories, job handles),
+        in their order; no scheduler call (`status_rows` asks once for all)."""
+        return [], [self.find(ref) for ref in refs]
 
-    def control_host(self, env) -> str:
-        """The address the supervisor's control channel binds to, which every rank can reach:
-        JAXLAUNCH_CONTROL_HOST when set, else the allocation's own answer."""
-        from ..environment import CONTROL_HOST_ENV
+    def status_rows(self, jobs: list[Job]) -> StatusRows:
+        """The table `jaxlaunch status` prints for `jobs`, asking the backend as few times as it
+        can for all of them. The default: JOB, STATE, RUN DIR."""
+        rows = [[job.id, job.describe_state(job.state()), str(job.run_dir or "")] for job in jobs]
+        return StatusRows(["JOB", "STATE", "RUN DIR"], rows, list(jobs))
 
-        return env.get(CONTROL_HOST_ENV) or self.default_control_host(env)
+    def sweep_states(self, directory) -> list:
+        """Every task's TaskState (launcher/sweeps/tasks.py) of the sweep in `directory`, asking
+        the backend as few times as it can. The default reads each task's status.json alone."""
+        from ..sweeps.tasks import states_from_runs
 
-    def default_control_host(self, env) -> str:
-        return "127.0.0.1"
+        return states_from_runs(directory)
 
-    def failing_nodes(self, spec, run, echo) -> dict[str, str]:
-        """{node: why} for the nodes that fail the spec's health check, before the first attempt."""
-        return {}
+    def not_asked_line(self, error: Exception) -> str:
+        """The one line `jaxlaunch status` prints in place of this backend's part when `error`
+        (a JaxlaunchError) stopped it: why, and the fix when there is one."""
+        said = "; ".join(line.strip() for line in str(error).splitlines() if line.strip())
+        return f"the {self.name} backend's jobs could not be shown: {said}"
 
-    def lost_nodes(self) -> dict[str, str]:
-        """{node: why} for the nodes the allocation lost under a failed attempt."""
-        return {}
+    def unknown_ids_message(self, ids: list[str]) -> str:
+        """The error for ids this backend claims that neither it nor jaxlaunch knows, with the fix."""
+        plural = "s" if len(ids) > 1 else ""
+        return f"no job{plural} {', '.join(ids)} known to the {self.name} backend"
 
-    def leave_nodes_behind(self, bad: dict[str, str], cause: str, failure: dict | None, attempt: int,
-                           run, spec, echo) -> tuple[JobState, dict | None]:
-        """Give the job its nodes back without `bad`: REQUEUED, or FAILED when it cannot."""
-        raise NotImplementedError(f"the {self.backend} backend cannot replace nodes")
+    # --- jaxlaunch explain and doctor ---------------------------------------------------------
 
-    def requeues_spent(self, run, spec, attempts: int, echo) -> dict | None:
-        """When the job starts again in its run directory: the failure that ends it at once
-        (requeued more often than the spec allows), else None."""
+    def placement(self, spec) -> Placement:
+        """Where and with what environment this backend starts `spec`'s ranks (no I/O)."""
+        return Placement(f"the {self.name} backend")
+
+    def check_fit(self, spec) -> tuple[list[str], list[str]]:
+        """(problems that stop `spec` from ever starting here, each ending with its fix; warnings:
+        what could not be checked). May ask the scheduler (Slurm: its partitions and nodes)."""
+        return [], []
+
+    def fit_verdict(self, problems: list[str], warnings: list[str]) -> str | None:
+        """The last line of `explain`'s check (Slurm: 'the request fits the cluster'); None for none."""
         return None
 
-    def cancelled_outside(self) -> bool:
-        """The scheduler is ending the job because somebody cancelled it there (not through
-        `jaxlaunch cancel`, which writes an event the supervisor reads itself)."""
-        return False
+    def container_command(self, spec, run_dir: Path, workdir: Path) -> str:
+        """How one rank of `spec` enters its container image as this backend starts it, as one
+        shell-quoted line for `explain`; UsageError when this backend cannot start that image."""
+        import shlex
 
-    def ended_by_preemption(self) -> bool:
-        """The scheduler ended the ranks for a preemption before they could stop on a notice."""
-        return False
+        from .mpirun import rank_command
 
-    def after_notice(self, run, spec, sources: set[str], checkpointed: bool, echo
-                     ) -> tuple[JobState, dict | None, str | None]:
-        """The ranks stopped on a preemption notice (or were ended by one): the job's state, its
-        failure record, and the cause of a requeue. A local run ends PREEMPTED, to resume with
-        `run --resume`."""
-        return JobState.PREEMPTED, None, None
+        return shlex.join(rank_command(spec, "python", Path(run_dir), Path(workdir)))
 
-    def finish(self, run, state: JobState, requeue_cause: str | None, echo) -> None:
-        """After status.json has the final state: what the scheduler must be told (a cancel to
-        record, a requeue to make)."""
+    def start_doctor_checks(self, env):
+        """Start this backend's checks of this machine (`jaxlaunch doctor`) now, so that their
+        commands run beside doctor's other probes, and return the function that collects them:
+        it returns a list of launcher.checks.Check, in table order. `env`: the environment the
+        commands run in. The default has no checks."""
+        return lambda: []
+

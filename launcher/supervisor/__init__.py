@@ -1,13 +1,14 @@
-"""Supervising a running job, the same way for `jaxlaunch run` and for Slurm batch jobs.
+"""Supervising a running job, the same way for `jaxlaunch run` and for Slurm batch jobs (whose
+script runs launcher/backends/slurm/batch.py).
 
 - `supervise.py`: the supervisor: starts mpirun or srun, enforces `timeout`, turns SIGTERM, SIGHUP
   and SIGINT into a clean stop, acts on the ranks' watchdog requests, restarts (`max_restarts`).
-  What it needs from a scheduler it asks its Allocation (launcher/backends/base.py).
+  What it needs from a scheduler it asks its Allocation.
+- `allocation.py`: that interface (the in-job side of a backend); each backend implements it.
 - `channel.py`: its end of the control channel (the server the ranks connect to).
 - `root_cause.py`: failure.json, the first failing rank and why, and the hang report.
 - `report.py`: what people see: the ranks' output passed through, the end-of-job lines, the result.
 - `processes.py`: a job's processes on this machine, found by the run directory in their environment.
-- `__main__.py`: `python -m launcher.supervisor RUN_DIR -- LAUNCH...`, what batch scripts run.
 
 The ranks' half (collective tracking, stack dumps, the watchdog thread) lives in
 launcher/rank/monitor.py; the two talk through the control channel: the protocol in

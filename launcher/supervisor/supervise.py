@@ -1,5 +1,5 @@
 """One supervisor for every job: `jaxlaunch run` calls it in-process, and a Slurm batch script runs
-it as `python -m launcher.supervisor RUN_DIR -- LAUNCH...`, so local runs and Slurm jobs stop,
+it as `python -m launcher.backends.slurm.batch RUN_DIR -- LAUNCH...`, so local runs and Slurm jobs stop,
 report and restart the same way.
 
 For each attempt it starts the launcher (mpirun or srun) in a session of its own, streams its
@@ -18,7 +18,7 @@ restarts the whole job up to `max_restarts` times after a failure.
 
 Everything the job needs from the place it runs (the address ranks reach the supervisor at, bad or
 lost nodes, what a notice or a cancel leads to, a requeue) it asks its `Allocation`
-(launcher/backends/base.py), which the backend provides; the supervisor names no scheduler.
+(allocation.py), which the backend provides; the supervisor names no scheduler.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from ..environment import ATTEMPT_ENV, OWNER_KEY_ENV
 from ..spec import JobSpec
 from ..states import CANCEL_EVENT, EXIT_COMPLETED, EXIT_FAILED, EXIT_PREEMPTED, EXIT_TIMEOUT, JobState
 from .. import stragglers
-from ..backends.base import Allocation
+from .allocation import Allocation
 from . import root_cause
 from .processes import kill_job_processes
 from .report import describe_outcome, result_text, write_to_stderr

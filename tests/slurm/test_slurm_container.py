@@ -31,4 +31,4 @@ def test_normalize_on_two_nodes_in_a_charliecloud_image(slurm_env, charliecloud_
     assert preflight["ok"] and [r["rank"] for r in preflight["ranks"]] == [0, 1]
     assert {(r["python"], r["jaxlaunch"]) for r in preflight["ranks"]} == {("/opt/venv/bin/python", "0.1.0")}
     # the supervisor stays on the host (this venv's Python); only the ranks enter the image
-    assert launch_line.startswith(f"exec {sys.executable} -m launcher.supervisor {run_dir} -- ")
+    assert launch_line.startswith(f"exec {sys.executable} -m launcher.backends.slurm.batch {run_dir} -- ")

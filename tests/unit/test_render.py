@@ -107,7 +107,7 @@ def test_hostile_values_arrive_verbatim_and_run_nothing(tmp_path):
     assert env["EVIL"] == HOSTILE and env["NEWLINE_FREE"] == "a\tb"
     assert env["JAXLAUNCH_RUN_DIR"] == str(run_dir)
     argv = json.loads((tmp_path / "argv.json").read_text())
-    assert argv[1:5] == ["-m", "launcher.supervisor", str(run_dir), "--"]  # the supervisor, then mpirun
+    assert argv[1:5] == ["-m", "launcher.backends.slurm.batch", str(run_dir), "--"]  # the supervisor, then mpirun
     assert argv[5] == str(recorder)
     assert not list(tmp_path.rglob("PWNED"))
 

@@ -11,6 +11,7 @@ tests/test_layout.py checks that nothing imports the modules below from outside.
   fit.py           does a request fit the cluster's partitions and nodes (submit's check, explain)
   array.py         a sweep as one job array; array_status.py: its tasks' states
   allocation.py    the in-job side: what the supervisor inside a batch job asks of Slurm
+  batch.py         `python -m launcher.backends.slurm.batch`: the supervisor a batch script runs
   requeue.py       a preempted or cancelled job: classify the notice, count requeues, requeue
   nodes.py         the allocation's nodes: lost nodes, the health check
 """

@@ -13,7 +13,7 @@ from ...errors import SchedulerError
 from ...rundir import atomic_write_json
 from ...states import JobState
 from ...supervisor import root_cause
-from ..base import Allocation
+from ...supervisor.allocation import Allocation
 from . import nodes, requeue, scheduler
 
 

@@ -232,11 +232,6 @@ def sweep_dir_of(job_id: str):
 class SlurmBackend(Backend):
     name = "slurm"
 
-    def allocation_here(self, env):
-        from .allocation import SlurmAllocation
-
-        return SlurmAllocation.here(env)
-
     def __init__(self, watcher: SlurmWatcher | None = None):
         self.watcher = watcher or WATCHER
 

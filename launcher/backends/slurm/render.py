@@ -30,7 +30,7 @@ PMIX_SECURITY_DEFAULT = {"PMIX_SECURITY_MODE": "native"}
 # Without slurm.time, Slurm's limit is the spec's timeout plus this margin, so that the job's own
 # supervisor stops it at `timeout` exactly, with its hang report, before Slurm kills everything.
 SUPERVISOR_MARGIN_SECONDS = 60
-SUPERVISOR_PROGRAM = ["-m", "launcher.supervisor"]
+SUPERVISOR_PROGRAM = ["-m", "launcher.backends.slurm.batch"]
 
 
 def slurm_time_limit(spec: JobSpec) -> int | None:

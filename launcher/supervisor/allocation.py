@@ -1,0 +1,67 @@
+"""What the supervisor needs from the place its job runs: the `Allocation` interface. The supervisor
+owns it (it is the one that asks) and each backend implements it (launcher/backends/base.py
+re-exports it as part of the seam), so the supervisor imports no backend and no backend's
+scheduler leaks into it."""
+
+from __future__ import annotations
+
+from ..states import JobState
+
+
+class Allocation:
+    """The in-job side of a backend: what a running job's supervisor needs from the place its job
+    runs (submitit's JobEnvironment, torchelastic's agent). The supervisor is given one and never
+    asks a scheduler itself. This base class is a machine of our own (a local run): the ranks
+    reach the supervisor on 127.0.0.1, no node can be lost, and nothing is requeued.
+    Slurm's: launcher/backends/slurm/allocation.py."""
+
+    backend = "local"
+    job_id: str | None = None   # the scheduler's id for the job, when it has one
+
+    def control_host(self, env) -> str:
+        """The address the supervisor's control channel binds to, which every rank can reach:
+        JAXLAUNCH_CONTROL_HOST when set, else the allocation's own answer."""
+        from ..environment import CONTROL_HOST_ENV
+
+        return env.get(CONTROL_HOST_ENV) or self.default_control_host(env)
+
+    def default_control_host(self, env) -> str:
+        return "127.0.0.1"
+
+    def failing_nodes(self, spec, run, echo) -> dict[str, str]:
+        """{node: why} for the nodes that fail the spec's health check, before the first attempt."""
+        return {}
+
+    def lost_nodes(self) -> dict[str, str]:
+        """{node: why} for the nodes the allocation lost under a failed attempt."""
+        return {}
+
+    def leave_nodes_behind(self, bad: dict[str, str], cause: str, failure: dict | None, attempt: int,
+                           run, spec, echo) -> tuple[JobState, dict | None]:
+        """Give the job its nodes back without `bad`: REQUEUED, or FAILED when it cannot."""
+        raise NotImplementedError(f"the {self.backend} backend cannot replace nodes")
+
+    def requeues_spent(self, run, spec, attempts: int, echo) -> dict | None:
+        """When the job starts again in its run directory: the failure that ends it at once
+        (requeued more often than the spec allows), else None."""
+        return None
+
+    def cancelled_outside(self) -> bool:
+        """The scheduler is ending the job because somebody cancelled it there (not through
+        `jaxlaunch cancel`, which writes an event the supervisor reads itself)."""
+        return False
+
+    def ended_by_preemption(self) -> bool:
+        """The scheduler ended the ranks for a preemption before they could stop on a notice."""
+        return False
+
+    def after_notice(self, run, spec, sources: set[str], checkpointed: bool, echo
+                     ) -> tuple[JobState, dict | None, str | None]:
+        """The ranks stopped on a preemption notice (or were ended by one): the job's state, its
+        failure record, and the cause of a requeue. A local run ends PREEMPTED, to resume with
+        `run --resume`."""
+        return JobState.PREEMPTED, None, None
+
+    def finish(self, run, state: JobState, requeue_cause: str | None, echo) -> None:
+        """After status.json has the final state: what the scheduler must be told (a cancel to
+        record, a requeue to make)."""
