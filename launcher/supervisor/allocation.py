@@ -46,6 +46,10 @@ class Allocation:
         (requeued more often than the spec allows), else None."""
         return None
 
+    def restart_count(self) -> str | None:
+        """How many times the scheduler has started this job again, as it says it (None: it does not)."""
+        return None
+
     def cancelled_outside(self) -> bool:
         """The scheduler is ending the job because somebody cancelled it there (not through
         `jaxlaunch cancel`, which writes an event the supervisor reads itself)."""

@@ -169,7 +169,7 @@ class Supervisor:
         if failure is not None:  # requeued too often: end before starting anything
             return Outcome(JobState.FAILED.value, EXIT_FAILED, failure, attempts, restarts=0)
         if attempts:
-            self.run.log_event("resumed", attempt=attempts, restart_count=os.environ.get("SLURM_RESTART_COUNT"))
+            self.run.log_event("resumed", attempt=attempts, restart_count=self.allocation.restart_count())
         return attempts
 
     def _install_signal_handlers(self):

@@ -87,6 +87,9 @@ class SlurmAllocation(Allocation):
     def requeues_spent(self, run, spec, attempts, echo):
         return requeue.count_requeues_slurm_made(run, spec, attempts, echo)
 
+    def restart_count(self) -> str | None:
+        return os.environ.get(requeue.RESTART_COUNT_ENV)
+
     def cancelled_outside(self) -> bool:
         return requeue.cancelled_by_slurm(requeue.job_record(self.job_id))
 
