@@ -10,6 +10,7 @@ import pytest
 
 from conftest import jaxlaunch
 from launcher import load_result
+from launcher.rundir.metrics import progress
 from launcher.scaffold import job_file_name, write_job
 from preemption_helpers import start, wait_for_checkpoint
 
@@ -40,6 +41,8 @@ def test_data_parallel_trains_and_checkpoints(tmp_path):
     assert len(value["losses"]) == 40
     assert value["final_loss"] < value["first_loss"] / 3
     assert (tmp_path / "run" / "checkpoints" / "step-00000020" / "manifest.json").exists()
+    reported = progress(tmp_path / "run")  # ctx.report: what jaxlaunch status shows
+    assert (reported.step, reported.total, reported.metrics["loss"]) == (39, 40, value["final_loss"])
 
 
 @pytest.mark.e2e
@@ -87,3 +90,5 @@ def test_sharded_keeps_the_model_split_over_the_devices(tmp_path):
     assert value["w1"].shape == (16, 32) and value["w1"].dtype == np.float32
     assert value["w2"].shape == (32, 4)
     assert len(value["losses"]) == 20 and value["final_loss"] < value["first_loss"] / 3
+    reported = progress(tmp_path / "run")
+    assert (reported.step, reported.total, reported.metrics["loss"]) == (19, 20, value["final_loss"])

@@ -1,4 +1,4 @@
-"""`jaxlaunch init` (launcher/scaffold.py): each template, written into an empty folder, loads as a
+"""`jaxlaunch init` (launcher/scaffold/): each template, written into an empty folder, loads as a
 spec; names and existing files are refused with exit code 2. The templates run as written under the
 real `jaxlaunch run` in tests/e2e/test_scaffold_runs.py."""
 

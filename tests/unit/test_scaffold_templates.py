@@ -1,6 +1,7 @@
 """`jaxlaunch init`'s templates as files (launcher/scaffold/templates/KIND/): each kind has its two
 files, the programs parse as Python and the specs as YAML and as job specs, and the rendered jobs
-are pinned. No mpirun: test_scaffold.py runs every kind under the real `jaxlaunch run`."""
+are pinned; the templates agree with their examples in jobs/. No mpirun: every kind runs under the
+real `jaxlaunch run` in tests/e2e/test_scaffold_runs.py."""
 
 import ast
 import copy
