@@ -12,7 +12,7 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
 import launcher
-from launcher.rank.context import DEVICE_AXIS
+from launcher import DEVICE_AXIS
 
 
 def init(features, hidden, outputs):

@@ -20,13 +20,14 @@ from launcher.spec import load_spec
 # purpose, put the digest from the failure message here (and say in the commit what init now writes).
 # minimal's are those of the jobs launcher/scaffold.py wrote from its strings, before the templates were
 # files; data-parallel and sharded have called ctx.report since (and data-parallel's forward() is jobs/'s).
+# sharded imports DEVICE_AXIS from launcher (public) since the rank side moved to launcher/rank/.
 RENDERED = {
     ("minimal", "my-job"): "a61fac876aa6c2d883191d2615c72ab921d8fae7e3a28af37fbfd272971ee64c",
     ("minimal", "123"): "a4f8872d1cfae5280cec853de3fa679b683d2cec748e5e2379d9630e150518e5",
     ("data-parallel", "my-job"): "e1069694d9960f11c6d543fbf6164cf796798e42cc642fe0779b59d5a6ea3ee9",
     ("data-parallel", "123"): "d892d4965297675033a300d27179b2d27d33a3bcc6aed270b0435275bf93d976",
-    ("sharded", "my-job"): "381fea0f8002a62c6af1703282db72f6ba269873d1319cf4e96ef09d784af6c7",
-    ("sharded", "123"): "0e3eaceec8a0a64d50088aedfe980dba553a12d0953c9598d9f7d50efa60be63",
+    ("sharded", "my-job"): "141fe5413358c8729e979160648d2a828f4333f6decb16232d598fa4e7fcf423",
+    ("sharded", "123"): "0c5c2ef9d784391f87c576c43232a31a24c4931fb081ebfb12758032d6c2b092",
 }
 
 
