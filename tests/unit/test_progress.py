@@ -1,22 +1,16 @@
 """ctx.report and what reads it: the rank's buffer (launcher/rank/progress.py), the lines the
-supervisor appends to metrics.jsonl, and status/progress/metrics on the user side (launcher/rundir/metrics.py);
-end to end with a running local job."""
+supervisor appends to metrics.jsonl, and status/progress/metrics on the user side (launcher/rundir/metrics.py).
+A running local job's status and watch are in tests/e2e/test_progress_runs.py."""
 
 import json
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from conftest import JOBS, jaxlaunch
 from launcher.rundir import metrics as user_progress
 from launcher.rank.progress import ProgressReporter, plain
-
-JAXLAUNCH = str(Path(sys.executable).parent / "jaxlaunch")
-
 
 def test_a_report_is_buffered_and_taken_with_the_step_time():
     reporter = ProgressReporter(rank=0)
@@ -81,34 +75,6 @@ def test_the_rate_after_a_restart_counts_only_the_steps_since(tmp_path):
 def test_no_reports_no_progress(tmp_path):
     assert user_progress.progress(tmp_path) is None
     assert user_progress.metrics(tmp_path) == []
-
-
-def test_status_shows_step_rate_and_eta_of_a_running_local_job(tmp_path):
-    run_dir = tmp_path / "run"
-    process = subprocess.Popen([JAXLAUNCH, "run", str(JOBS / "train_data_parallel.yaml"), "--run-dir", str(run_dir),
-                                "--set", "params.steps=80", "--set", "params.step_seconds=0.1"],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 120
-        shown = ""
-        while "steps/s" not in shown or "rank 1:" not in shown:  # rank 1 reports every 2 s
-            assert process.poll() is None and time.monotonic() < deadline, shown
-            time.sleep(0.5)
-            shown = jaxlaunch("status", run_dir, "-v").stdout
-        print(shown)  # the captured screen, in the test's output
-        assert "RUNNING" in shown and "/80 (" in shown and "ETA" in shown and "loss=" in shown
-        assert "rank 0:" in shown and "rank 1:" in shown and "ms/step" in shown
-    finally:
-        _, err = process.communicate(timeout=120)
-    assert process.returncode == 0, err
-    from launcher import job
-
-    handle = job(run_dir)
-    assert handle.progress().step == 79 and handle.progress().total == 80
-    reports = handle.metrics()
-    assert [r["step"] for r in reports] == list(range(80)) and all("loss" in r for r in reports)
-    ranks = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert {r["rank"] for r in ranks if r["kind"] == "rank"} == {0, 1}
 
 
 # --- the slow rank (launcher/stragglers.py) ---------------------------------------------------------
@@ -184,45 +150,6 @@ def test_a_collective_counts_once_every_rank_sent_its_time():
     assert board.verdict() is None  # rank 2 never said: nothing complete
     board.add(2, 1, [s + 0.0 for s in range(1, 40)])
     assert board.verdict()["rank"] == 0
-
-
-# --- jaxlaunch watch, under a real terminal (tmux) --------------------------------------------------
-
-import shutil  # noqa: E402
-
-
-@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
-def test_watch_draws_a_running_job_in_a_terminal_and_exits_with_its_code(tmp_path):
-    run_dir = tmp_path / "run"
-    session = f"jaxlaunch-watch-{tmp_path.name}"[:60]
-    job = subprocess.Popen([JAXLAUNCH, "run", str(JOBS / "train_data_parallel.yaml"), "--run-dir", str(run_dir),
-                            "--set", "params.steps=80", "--set", "params.step_seconds=0.1"],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 120
-        while not (run_dir / "status.json").exists():
-            assert time.monotonic() < deadline
-            time.sleep(0.1)
-        subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "110", "-y", "20",
-                        f"{JAXLAUNCH} watch {run_dir} --interval 0.5; echo WATCH-EXIT=$?; sleep 60"], check=True)
-        screens = []
-        while True:
-            screen = subprocess.run(["tmux", "capture-pane", "-p", "-t", session], capture_output=True,
-                                    text=True).stdout
-            screens.append(screen)
-            if "WATCH-EXIT=" in screen:
-                break
-            assert time.monotonic() < deadline, screen
-            time.sleep(0.5)
-        running = next((s for s in screens if "RUNNING" in s and "steps/s" in s), None)
-        print(running)  # a captured screen, in the test's output
-        print(screens[-1])
-        assert running is not None, screens[-1]
-        assert "/80" in running and "ETA" in running and "loss" in running and "step time per rank" in running
-        assert "COMPLETED" in screens[-1] and "WATCH-EXIT=0" in screens[-1]
-    finally:
-        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
-        job.wait(timeout=120)
 
 
 def test_a_flood_of_reports_goes_in_chunks_the_supervisor_takes(tmp_path):
