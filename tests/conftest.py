@@ -1,3 +1,9 @@
+"""Shared by every tier. The tiers are the folders under tests/ (make test-unit, test-e2e, test-slurm,
+test-mpi): unit (no mpirun, no Slurm: the inner loop, under 2 minutes), e2e (real mpirun and
+`jaxlaunch run`), slurm (a real local cluster, slurm_cluster.py) and mpi (run by pytest and under
+`mpirun -n 2`). Each test gets its folder's marker (`-m e2e`); helpers, jobs/ and golden/ live here."""
+
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -6,10 +12,78 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+TESTS = Path(__file__).resolve().parent
+ROOT = TESTS.parent
 JOBS = ROOT / "jobs"
-TEST_JOBS = Path(__file__).resolve().parent / "jobs"
-GOLDEN = Path(__file__).resolve().parent / "golden"  # expected scripts, shared by the tiers
+TEST_JOBS = TESTS / "jobs"
+GOLDEN = TESTS / "golden"  # expected scripts, shared by the tiers
+TIERS = ("unit", "e2e", "slurm", "mpi")
+
+
+def pytest_collection_modifyitems(config, items):
+    """The marker of each test's tier, from its folder; a test marked for another tier than its
+    folder's (`@pytest.mark.slurm` in tests/unit) is an error: it would run, or be skipped, in the
+    wrong `make` target."""
+    misplaced = []
+    for item in items:
+        parts = item.path.relative_to(TESTS).parts if TESTS in item.path.parents else ()
+        tier = parts[0] if len(parts) > 1 and parts[0] in TIERS else None
+        if tier is None:
+            continue
+        others = {m.name for m in item.iter_markers() if m.name in TIERS and m.name != tier}
+        if others:
+            misplaced.append(f"{item.nodeid}: marked {', '.join(sorted(others))} but lives in tests/{tier}")
+        item.add_marker(tier)
+    if misplaced:
+        raise pytest.UsageError("tests in the wrong tier's folder:\n  " + "\n  ".join(misplaced))
+
+
+# --- the unit tier's guard: no mpirun, no Slurm (tests/unit/guard/sitecustomize.py) ----------------
+# From the setup of each test under tests/unit to its teardown, its fixtures included, the test's
+# process and every Python process it starts (a `jaxlaunch` console script, a helper script) refuse to
+# start mpirun, prterun, srun, sbatch, squeue, scontrol and the like, and the test errors naming the
+# command. Stand-ins a test writes into its tmp_path (a fake `sbatch`) and doctor's probes
+# (`mpirun --version`, `scontrol ping`) are allowed. A test that needs more belongs in tests/e2e or tests/slurm.
+
+UNIT = TESTS / "unit"
+GUARD_DIR = UNIT / "guard"
+_guard_spec = importlib.util.spec_from_file_location("unit_tier_guard", GUARD_DIR / "sitecustomize.py")
+guard = importlib.util.module_from_spec(_guard_spec)
+_guard_spec.loader.exec_module(guard)
+guard.install()  # idle until a unit test sets guard.GUARD_ENV: a session may hold other tiers' tests too
+_GUARD_SAVED = pytest.StashKey[dict]()
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_setup(item):
+    if UNIT in item.path.parents:
+        basetemp = Path(item.config._tmp_path_factory.getbasetemp())
+        log = basetemp / "unit-guard.log"
+        log.unlink(missing_ok=True)
+        changes = {guard.GUARD_ENV: str(log), guard.REAL_ENV: str(ROOT),
+                   "PYTHONPATH": os.pathsep.join(filter(None, [str(GUARD_DIR), os.environ.get("PYTHONPATH")]))}
+        item.stash[_GUARD_SAVED] = {name: os.environ.get(name) for name in changes}
+        os.environ.update(changes)
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True, trylast=True)
+def pytest_runtest_teardown(item, nextitem):
+    try:
+        return (yield)
+    finally:
+        saved = item.stash.get(_GUARD_SAVED, None)
+        if saved is not None:
+            log = Path(os.environ[guard.GUARD_ENV])
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
+            if log.exists():
+                refused = log.read_text().strip()
+                log.unlink()
+                pytest.fail(f"{item.nodeid} started what the unit tier refuses:\n{refused}", pytrace=False)
 
 
 def jaxlaunch(*args, timeout=180, env=None, cwd=None):
