@@ -1,4 +1,5 @@
-"""What ran, recorded when a run directory is made (on the submitting machine, before any queue wait):
+"""What ran, recorded when a run directory is made (on the submitting machine, before any queue wait;
+RunDirectory.create writes it, under the names of launcher/rundir/names.py):
 
     environment.json   Python, every installed package's version, the job folder's git commit
     git.diff           the job folder's uncommitted changes (`git diff HEAD`), when there are any
@@ -20,9 +21,6 @@ import sys
 import time
 from pathlib import Path
 
-ENVIRONMENT_FILE = "environment.json"
-DIFF_FILE = "git.diff"
-CODE_FOLDER = "code"
 # A snapshot copies code, not data: these kinds of file, outside hidden folders, caches, run
 # directories and virtual environments, up to SNAPSHOT_LIMIT bytes in all.
 CODE_SUFFIXES = {".py", ".yaml", ".yml", ".json", ".toml", ".cfg", ".ini", ".txt", ".sh", ".j2"}
@@ -108,12 +106,13 @@ def _code_files(folder: Path, skip: Path) -> list[Path]:
     return files
 
 
-def snapshot_code(spec, run_path: Path):
-    """Copy the job's code into RUN_DIR/code and return the spec that runs the copy: a file
-    entrypoint points into it; a module is imported from it (runtime/bootstrap.py puts it first
-    on sys.path)."""
+def snapshot_code(spec, run_path: Path, code: Path):
+    """Copy the job's code into `code` (RUN_DIR/code: RunDirectory.code; the run directory itself
+    is not copied, where it lies in the job's folder) and return the spec that runs the copy: a file
+    entrypoint points into it; a module is imported from it (rank/bootstrap.py puts it first
+    on sys.path). The run directory's names are launcher/rundir/names.py's."""
     folder = job_folder(spec)
-    code = Path(run_path) / CODE_FOLDER
+    code = Path(code)
     for path in _code_files(folder, skip=Path(run_path)):
         destination = code / path.relative_to(folder)
         destination.parent.mkdir(parents=True, exist_ok=True)

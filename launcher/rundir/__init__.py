@@ -1,22 +1,29 @@
 """The run directory: one folder per run holding the spec, per-rank logs, status and result.
 
 Layout (the same for local runs and Slurm jobs):
-    spec.json           the validated spec the ranks read
+    spec.json           the validated spec the ranks read (every name here: launcher/rundir/names.py)
     status.json         state, exit code, command, times, and the Slurm job id if any
     logs/rank-N.log     everything rank N printed
     logs/rank-N.error   rank N's traceback, when it failed (logs/rank-N.error.json: the same as data)
     logs/rank-N.state.json  where rank N was when the job was stopped (timeout, signal, watchdog)
     logs/launcher.log   what mpirun/srun printed themselves (not a rank's output)
+    output.log          a background local run's combined output (what `jaxlaunch run` would print)
     logs/attempt-K/     the logs of attempt K, moved there when the job restarts (max_restarts)
     logs/control.json   every message the ranks sent the supervisor in this attempt (supervisor/channel.py)
     failure.json        the root cause of a failed, timed-out or cancelled job (schema: launcher/supervisor/root_cause.py, build_failure)
     checkpoints/step-N/ what ctx.checkpoints.save wrote (launcher/rank/checkpoints/)
     metrics.jsonl       ctx.report's progress: rank 0's metrics and every rank's step time (appended)
     events.jsonl        the run's timeline: notices, checkpoints, requeues, resumes
-    result.json         what the entrypoint returned on rank 0 (arrays in result.npz)
+    result.json         what the entrypoint returned on rank 0 (arrays in result.npz; what JSON cannot
+                        hold in result.pkl, signed in result.pkl.sig: launcher/rundir/results.py)
+    preflight.json      every rank's software and devices, compared at start (launcher/rank/preflight.py)
     environment.json    what ran: Python, packages, the job folder's git commit (git.diff: its
                         uncommitted changes); code/: the job's code, with snapshot: true (provenance.py)
-    function/           a function job's pickled call (launcher/executor.py)
+    function/           a function job's pickled call, call.pkl and call.json (launcher/executor.py)
+
+Here: RunDirectory (every path above), names.py (every name above, spelled once), jsonl.py (the one
+reader of events.jsonl and metrics.jsonl), metrics.py (metrics.jsonl's writer and what reads it
+back), results.py (result.json, result.npz, result.pkl).
 """
 
 from __future__ import annotations
@@ -33,6 +40,8 @@ from typing import TYPE_CHECKING
 
 from ..errors import UsageError
 from ..states import FINAL_STATES, StatusRecord  # noqa: F401  (FINAL_STATES: re-exported)
+from . import names
+from .jsonl import read_jsonl
 
 if TYPE_CHECKING:
     from ..spec import JobSpec
@@ -120,18 +129,32 @@ class RunDirectory:
     def __init__(self, path: str | Path):
         self.path = Path(path).absolute()
 
-    spec_file = property(lambda self: self.path / "spec.json")
-    status_file = property(lambda self: self.path / "status.json")
-    result_file = property(lambda self: self.path / "result.json")
-    arrays_file = property(lambda self: self.path / "result.npz")
-    logs = property(lambda self: self.path / "logs")
-    metrics_file = property(lambda self: self.path / "metrics.jsonl")
-    control_records = property(lambda self: self.path / "logs" / "control.json")
-    failure_file = property(lambda self: self.path / "failure.json")
-    launcher_log = property(lambda self: self.path / "logs" / "launcher.log")
+    spec_file = property(lambda self: self.path / names.SPEC_FILE)
+    status_file = property(lambda self: self.path / names.STATUS_FILE)
+    result_file = property(lambda self: self.path / names.RESULT_FILE)
+    arrays_file = property(lambda self: self.path / names.ARRAYS_FILE)
+    logs = property(lambda self: self.path / names.LOGS_FOLDER)
+    metrics_file = property(lambda self: self.path / names.METRICS_FILE)
+    events_file = property(lambda self: self.path / names.EVENTS_FILE)
+    control_records = property(lambda self: self.logs / names.CONTROL_RECORDS)
+    failure_file = property(lambda self: self.path / names.FAILURE_FILE)
+    launcher_log = property(lambda self: self.logs / names.LAUNCHER_LOG)
+    output_log = property(lambda self: self.path / names.OUTPUT_LOG)
+    environment_file = property(lambda self: self.path / names.ENVIRONMENT_FILE)
+    diff_file = property(lambda self: self.path / names.DIFF_FILE)
+    preflight_file = property(lambda self: self.path / names.PREFLIGHT_FILE)
+    code = property(lambda self: self.path / names.CODE_FOLDER)
+    checkpoints = property(lambda self: self.path / names.CHECKPOINTS_FOLDER)
+    function = property(lambda self: self.path / names.FUNCTION_FOLDER)
+    call_file = property(lambda self: self.function / names.CALL_FILE)
+    call_record = property(lambda self: self.function / names.CALL_RECORD)
 
     def rank_log(self, rank: int) -> Path:
-        return self.logs / f"rank-{rank}.log"
+        return self.logs / names.RANK_LOG.format(rank=rank)
+
+    def logged_ranks(self) -> list[int]:
+        """The ranks that have a log in logs/ (this attempt's), in order."""
+        return sorted(int(p.stem.split("-")[1]) for p in self.logs.glob(names.every_rank(names.RANK_LOG)))
 
     def rank_log_tail(self, rank: int, size: int = 200_000) -> str:
         """The last `size` bytes of rank `rank`'s log ("" if none): logs can be large."""
@@ -143,13 +166,17 @@ class RunDirectory:
             return ""
 
     def rank_error(self, rank: int) -> Path:
-        return self.logs / f"rank-{rank}.error"
+        return self.logs / names.RANK_ERROR.format(rank=rank)
 
     def rank_error_record(self, rank: int) -> Path:
-        return self.logs / f"rank-{rank}.error.json"
+        return self.logs / names.RANK_ERROR_RECORD.format(rank=rank)
+
+    def rank_error_records(self) -> list[dict]:
+        """Every rank's logs/rank-N.error.json of this attempt that parses (a half-written one is skipped)."""
+        return self.read_json_files(self.logs, names.every_rank(names.RANK_ERROR_RECORD))
 
     def rank_state(self, rank: int) -> Path:
-        return self.logs / f"rank-{rank}.state.json"
+        return self.logs / names.RANK_STATE.format(rank=rank)
 
     def read_failure(self) -> dict | None:
         try:
@@ -190,15 +217,15 @@ class RunDirectory:
                     raise UsageError(f"run directory {target} already holds files; choose a new or empty one")
             run = cls(target)
             run.logs.mkdir(parents=True, exist_ok=True)
-            from ..provenance import DIFF_FILE, ENVIRONMENT_FILE, environment_record, snapshot_code
+            from ..provenance import environment_record, snapshot_code
 
             if spec.snapshot:
-                spec = snapshot_code(spec, run.path)
+                spec = snapshot_code(spec, run.path, run.code)
             atomic_write_bytes(run.spec_file, spec.to_json(indent=2).encode())
             environment, diff = environment_record(spec)
-            atomic_write_json(run.path / ENVIRONMENT_FILE, environment)
+            atomic_write_json(run.environment_file, environment)
             if diff:
-                atomic_write_bytes(run.path / DIFF_FILE, diff.encode())
+                atomic_write_bytes(run.diff_file, diff.encode())
         except OSError as exc:
             raise UsageError(f"cannot create the run directory {target}: {exc.strerror or exc}") from None
         return run
@@ -213,11 +240,9 @@ class RunDirectory:
         """Remove what jaxlaunch wrote for a submission sbatch refused and `create` would not write
         again itself: its status.json (else the retry would inherit the error), git.diff and the
         code/ snapshot (copies: the job's own files are elsewhere). The rest is overwritten."""
-        from ..provenance import CODE_FOLDER, DIFF_FILE
-
-        for name in ("status.json", DIFF_FILE):
-            (self.path / name).unlink(missing_ok=True)
-        shutil.rmtree(self.path / CODE_FOLDER, ignore_errors=True)
+        for path in (self.status_file, self.diff_file):
+            path.unlink(missing_ok=True)
+        shutil.rmtree(self.code, ignore_errors=True)
 
     def write_files(self, files: dict[str, bytes] | None) -> None:
         """Write `files` ({relative path: bytes}) into the run directory, each atomically (a
@@ -256,9 +281,7 @@ class RunDirectory:
         return self.read_status()
 
     def failed_ranks(self) -> list[int]:
-        return sorted(int(p.stem.split("-")[1]) for p in self.logs.glob("rank-*.error"))
-
-    events_file = property(lambda self: self.path / "events.jsonl")
+        return sorted(int(p.stem.split("-")[1]) for p in self.logs.glob(names.every_rank(names.RANK_ERROR)))
 
     def log_event(self, event: str, **fields) -> None:
         """Append one line to events.jsonl, the run's timeline (notices, checkpoints, requeues,
@@ -272,17 +295,8 @@ class RunDirectory:
             pass  # the timeline is for people; never fail a job over it
 
     def read_events(self) -> list[dict]:
-        try:
-            lines = self.events_file.read_text().splitlines()
-        except FileNotFoundError:
-            return []
-        events = []
-        for line in lines:
-            try:
-                events.append(json.loads(line))
-            except ValueError:
-                continue
-        return events
+        """events.jsonl's records, oldest first (launcher/rundir/jsonl.py: a torn or bad line is skipped)."""
+        return read_jsonl(self.events_file)
 
     def read_json_files(self, folder: Path, pattern: str) -> list[dict]:
         """Every JSON file matching `pattern` in `folder` that parses (a half-written one is skipped)."""

@@ -10,6 +10,9 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import RunDirectory
+from .jsonl import read_jsonl
+
 RATE_WINDOW = 50          # steps per second over (at most) the last this many reports
 TAIL_BYTES = 1 << 20      # status reads at most the last MiB of metrics.jsonl
 
@@ -124,39 +127,21 @@ def clean_line(line) -> dict | None:
 
 
 def read_lines(path: Path, tail_bytes: int | None = None) -> list[dict]:
-    try:
-        with open(path, "rb") as source:
-            if tail_bytes is not None:
-                source.seek(0, 2)
-                size = source.tell()
-                source.seek(max(0, size - tail_bytes))
-            data = source.read()
-    except OSError:
-        return []
-    lines = data.decode(errors="replace").splitlines()
-    if tail_bytes is not None and len(data) >= tail_bytes:
-        lines = lines[1:]  # the first may be cut
-    out = []
-    for line in lines:
-        try:
-            record = clean_line(json.loads(line))
-        except ValueError:
-            continue  # a line being written
-        if record is not None:
-            out.append(record)
-    return out
+    """metrics.jsonl's lines (of its last `tail_bytes` only, if given), cleaned (`clean_line`): the
+    run directory's one JSONL reader (launcher/rundir/jsonl.py) skips a torn or bad line."""
+    return [record for record in map(clean_line, read_jsonl(path, tail_bytes)) if record is not None]
 
 
 def metrics(run_dir, tail_bytes: int | None = None) -> list[dict]:
     """Every rank-0 report: {'step', 'time', **metrics}, oldest first (with `tail_bytes`: of the
     file's last bytes only)."""
     return [{"step": r["step"], "time": r["time"], **r.get("metrics", {})}
-            for r in read_lines(Path(run_dir) / "metrics.jsonl", tail_bytes) if r.get("kind") == "metrics"]
+            for r in read_lines(RunDirectory(run_dir).metrics_file, tail_bytes) if r.get("kind") == "metrics"]
 
 
 def progress(run_dir) -> Progress | None:
     """The job's progress now, or None before its first report."""
-    lines = read_lines(Path(run_dir) / "metrics.jsonl", TAIL_BYTES)
+    lines = read_lines(RunDirectory(run_dir).metrics_file, TAIL_BYTES)
     reports = [r for r in lines if r.get("kind") == "metrics"]
     ranks = {}
     total = None

@@ -36,13 +36,14 @@ from typing import NamedTuple
 import numpy as np
 
 from . import RunDirectory, atomic_write_bytes
+from .names import RESULT_PICKLE, RESULT_SIGNATURE
 
 ARRAY_MARKER = "__ndarray__"
 UNENCODABLE = "__unencodable__"
 MARKERS = {"__float__", "__complex__", "__tuple__", "__bytes__", "__int__", "__scalar__", ARRAY_MARKER,
            "__dict__", UNENCODABLE}
-PICKLE_FILE = "result.pkl"
-SIGNATURE_FILE = "result.pkl.sig"  # its signature with the owner's key (launcher/owner_key.py)
+PICKLE_FILE = RESULT_PICKLE
+SIGNATURE_FILE = RESULT_SIGNATURE  # its signature with the owner's key (launcher/owner_key.py)
 # NumPy scalars that are JSON's own number and boolean types under another name: written as plain
 # JSON (a list of losses reads as a list of floats however each was computed), read back as
 # Python float, int and bool. Every other NumPy scalar keeps its dtype in a __scalar__ marker.
