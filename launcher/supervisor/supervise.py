@@ -239,7 +239,7 @@ class Supervisor:
             if path.is_file():
                 path.rename(folder / path.name)
         if self.run.failure_file.exists():
-            self.run.failure_file.rename(folder / "failure.json")
+            self.run.failure_file.rename(folder / self.run.failure_file.name)
 
     # --- one attempt -----------------------------------------------------------------------
 
@@ -406,7 +406,7 @@ class Supervisor:
         # After a stop of our own, what the launcher says about ranks is our teardown, not a cause.
         reports, every_task = ([], False) if stop_reason else root_cause.parse_launcher_messages(
             "\n".join(launcher_lines))
-        rank_errors = self.run.read_json_files(self.run.logs, "rank-*.error.json")
+        rank_errors = self.run.rank_error_records()
         finished = {d["rank"] for d in self.channel.done()}
         started = {r["rank"]: r["host"] for r in self.channel.started()}
         reason = stop_reason or "failed"

@@ -77,7 +77,7 @@ class SlurmAllocation(Allocation):
             atomic_write_json(run.failure_file, failure)
             return JobState.FAILED, failure
         if failure is not None and run.failure_file.exists():
-            run.failure_file.rename(run.logs / "failure.json")  # the attempt's, kept with its logs
+            run.failure_file.rename(run.logs / run.failure_file.name)  # the attempt's, kept with its logs
         run.update_status(requeues=status.requeues + 1, node_failures=status.node_failures + 1)
         echo(f"jaxlaunch: node(s) {what} ({listing}); requeueing job {self.job_id} without them "
              f"(requeue {status.requeues + 1} of at most {spec.slurm.max_requeues}); it resumes from "
