@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .rundir import RunDirectory
 from .rundir.metrics import read_lines
 
 CATEGORIES = ["queued", "start-up", "first step", "productive steps", "checkpoint blocking", "work lost",
@@ -53,28 +54,14 @@ class Goodput:
         return rows
 
 
-def _read_jsonl(path: Path) -> list[dict]:
-    try:
-        lines = path.read_text().splitlines()
-    except OSError:
-        return []
-    out = []
-    for line in lines:
-        try:
-            out.append(json.loads(line))
-        except ValueError:
-            continue
-    return out
-
-
 def goodput(run_dir) -> Goodput:
-    run_dir = Path(run_dir)
+    run = RunDirectory(run_dir)
     try:
-        status = json.loads((run_dir / "status.json").read_text())
+        status = json.loads(run.status_file.read_text())
     except (OSError, ValueError):
         status = {}
-    events = sorted(_read_jsonl(run_dir / "events.jsonl"), key=lambda e: e.get("time", 0))
-    reports = sorted((r for r in read_lines(run_dir / "metrics.jsonl") if r.get("kind") == "metrics"),
+    events = sorted(run.read_events(), key=lambda e: e.get("time", 0))
+    reports = sorted((r for r in read_lines(run.metrics_file) if r.get("kind") == "metrics"),
                      key=lambda r: r["time"])  # read_lines: steps as numbers, even where written as strings
     starts = [e for e in events if e["event"] == "attempt_started"]
     ends = {e["attempt"]: e["time"] for e in events if e["event"] == "attempt_ended"}
@@ -182,7 +169,7 @@ def sweep_goodput(sweep_dir) -> Goodput:
 
     total = Goodput(wall_seconds=0.0, seconds={name: 0.0 for name in CATEGORIES})
     for _, run in SweepDirectory(sweep_dir).task_runs():
-        if not (run.path / "status.json").exists():
+        if not run.status_file.exists():
             continue  # not started yet
         part = goodput(run.path)
         total.wall_seconds += part.wall_seconds

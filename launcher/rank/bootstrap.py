@@ -185,11 +185,11 @@ def main() -> None:
                          node_index=node_index, num_nodes=num_nodes, local_devices=devices,
                          mesh=mesh, run_dir=run.path,
                          params=dict(spec.params), attempt=int(os.environ.get(ATTEMPT_ENV, "0")),
-                         checkpoints=Checkpoints(run.path / "checkpoints", keep=spec.keep_checkpoints, rank=rank,
+                         checkpoints=Checkpoints(run.checkpoints, keep=spec.keep_checkpoints, rank=rank,
                                                  comm=comm.Clone(), devices=devices, mesh=mesh,
                                                  asynchronous=spec.async_checkpoints),
                          progress=monitor.progress)
-        function = load_entrypoint(spec.entrypoint, run.path / "code" if spec.snapshot else None)
+        function = load_entrypoint(spec.entrypoint, run.code if spec.snapshot else None)
         if rank == 0:
             run.log_event("main_started", attempt=ctx.attempt)  # start-up ends here (launcher/goodput.py)
         started = time.perf_counter()

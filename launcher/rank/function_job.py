@@ -19,9 +19,8 @@ import platform
 import sys
 from pathlib import Path
 
-FUNCTION_FOLDER = "function"
-CALL_FILE = "call.pkl"
-CALL_RECORD = "call.json"
+from ..rundir.names import CALL_FILE, CALL_RECORD, FUNCTION_FOLDER  # executor.py imports them here
+
 ENTRYPOINT = "launcher.rank.function_job:main"
 
 

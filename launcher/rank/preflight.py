@@ -17,7 +17,6 @@ from importlib import metadata
 
 from ..environment import HOST_VERSION_ENV
 
-PREFLIGHT_FILE = "preflight.json"
 PACKAGES = ("jax", "jaxlib", "mpi4jax", "mpi4py", "numpy")
 # Fields every rank must agree on; the rest is for the record.
 MUST_MATCH = ("python", "python_version", "jaxlaunch", *PACKAGES, "mpi_library", "platform", "device_count")
@@ -155,10 +154,10 @@ def run_preflight(comm, run, rank: int, devices, expected_devices: int) -> dict:
             verdict = (f"the ranks differ: {problems[0]}" + (f" (and {len(problems) - 1} more)" if len(problems) > 1
                                                              else "")
                        + "\npreflight, before the job's code ran:\n" + format_reports(reports, problems)
-                       + f"\n(saved in {run.path / PREFLIGHT_FILE})")
+                       + f"\n(saved in {run.preflight_file})")
         document["seconds"] = round(time.perf_counter() - started, 4)
         document["report_seconds"] = round(own_seconds, 4)  # rank 0's own cost of its report
-        atomic_write_json(run.path / PREFLIGHT_FILE, document)
+        atomic_write_json(run.preflight_file, document)
     verdict = comm.bcast(verdict, root=0)
     if verdict is not None:
         raise PreflightError(verdict)
