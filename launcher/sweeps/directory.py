@@ -20,6 +20,8 @@ from ..rundir import RUNS_ROOT, RunDirectory, atomic_write_json, make_private_di
 from .plan import Sweep
 
 SWEEP_FILE = "sweep.json"
+RESULTS_CSV = "results.csv"    # what `jaxlaunch results` collected last, as a table
+RESULTS_JSON = "results.json"  # the same as data
 
 
 def task_folder(index: int, total: int) -> str:
@@ -32,7 +34,14 @@ class SweepDirectory:
         self.path = Path(path).absolute()
 
     sweep_file = property(lambda self: self.path / SWEEP_FILE)
+    results_csv = property(lambda self: self.path / RESULTS_CSV)
+    results_json = property(lambda self: self.path / RESULTS_JSON)
     logs = property(lambda self: self.path / "logs")
+
+    @staticmethod
+    def holds_a_sweep(path: str | Path) -> bool:
+        """Whether `path` is a sweep directory (it holds sweep.json)."""
+        return (Path(path) / SWEEP_FILE).is_file()
 
     @staticmethod
     def template(sweep: Sweep, path: str | Path | None) -> str:
