@@ -7,6 +7,7 @@
     logs/               Slurm's output of each array task (slurm-%A_%a.out)
     array-K.sbatch      the script of Slurm job array K
     results.csv/.json   what `jaxlaunch results` collected last
+    output.log          what the runner of a local sweep printed itself (launcher/backends/local/array.py)
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 
 from ..errors import UsageError
 from ..rundir import RUNS_ROOT, RunDirectory, atomic_write_json, make_private_dir
+from ..rundir.names import OUTPUT_LOG
 from .plan import Sweep
 
 SWEEP_FILE = "sweep.json"
@@ -36,6 +38,7 @@ class SweepDirectory:
     sweep_file = property(lambda self: self.path / SWEEP_FILE)
     results_csv = property(lambda self: self.path / RESULTS_CSV)
     results_json = property(lambda self: self.path / RESULTS_JSON)
+    output_log = property(lambda self: self.path / OUTPUT_LOG)  # a local sweep's runner's own output
     logs = property(lambda self: self.path / "logs")
 
     @staticmethod
