@@ -10,7 +10,7 @@ A page asks for a generated part with an HTML comment on a line of its own:
 The figures the benchmark jobs write into jobs/ (jobs/*.png) are served from there, not copied: a
 page links them as `jobs/NAME.png` relative to the site's root.
 
-tests/test_docs.py uses the same functions to check that every spec key is listed and described.
+tests/unit/test_docs.py uses the same functions to check that every spec key is listed and described.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Checkpoints across layouts, for tests/test_checkpoint_layouts.py: one state, saved from one
+"""Checkpoints across layouts, for tests/e2e/test_checkpoint_layouts.py: one state, saved from one
 layout of processes x devices and restored onto another, checked bit for bit on every shard.
 
 params:

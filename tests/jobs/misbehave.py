@@ -1,5 +1,5 @@
 """Rank `params.rank` misbehaves in one of several ways while every other rank waits in
-launcher.allreduce; the fail-fast and hang tests run it (tests/test_supervision.py)."""
+launcher.allreduce; the fail-fast and hang tests run it (tests/e2e/test_supervision.py)."""
 
 import os
 import signal

@@ -1,5 +1,5 @@
 """A job that runs steadily for a few seconds (collectives, progress reports), then returns a
-known result: the control-channel attack tests (tests/test_control_attacks.py) probe its supervisor
+known result: the control-channel attack tests (tests/e2e/test_control_attacks_job.py) probe its supervisor
 while it runs."""
 
 import os

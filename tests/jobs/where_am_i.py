@@ -1,5 +1,5 @@
 """Where rank 0 runs: its Python, the jaxlaunch it imported and whether ch-run started it
-(tests/test_containers.py: the rank must run in the image, with the image's jaxlaunch)."""
+(tests/e2e/test_containers_charliecloud.py: the rank must run in the image, with the image's jaxlaunch)."""
 
 import os
 import sys
