@@ -1,4 +1,4 @@
-"""What the control channel (launcher/control.py) promises a real job under mpirun: no filesystem
+"""What the control channel (launcher/channel.py) promises a real job under mpirun: no filesystem
 polling by an idle rank, ranks that stop when their supervisor dies. The channel itself, on real
 sockets, is in tests/unit/test_control_channel.py."""
 
