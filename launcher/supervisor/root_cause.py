@@ -292,9 +292,7 @@ def summary_lines(failure: dict, run_path=None) -> list[str]:
     first = failure.get("first_failure")
     if run_path is not None and first is not None and failure.get("reason") in ("failed", "left_early"):
         # The end of the failing rank's own log: often the line that explains the traceback.
-        from ..rundir import RunDirectory
-
-        run = RunDirectory(run_path)
+        run = _run(run_path)
         text = run.rank_log_tail(first["rank"], size=64_000)
         tail = [line for line in text.splitlines() if line.strip()][-LOG_TAIL_LINES:]
         if tail:
@@ -305,14 +303,20 @@ def summary_lines(failure: dict, run_path=None) -> list[str]:
         # said first is the explanation. After a cancel, what they said is the teardown.
         said, more = launcher_said(failure, run_path)
         if said:
-            where = f" ({run_path}/logs/launcher.log)" if run_path is not None else ""
+            where = f" ({_run(run_path).launcher_log})" if run_path is not None else ""
             lines.append(f"  the launcher said{where}:")
             lines += [f"    {line[:300]}" for line in said]
             if more:
                 lines.append(f"    ... ({more} more lines)")
     if run_path is not None:
-        lines.append(f"  details: {run_path}/failure.json")
+        lines.append(f"  details: {_run(run_path).failure_file}")
     return lines
+
+
+def _run(run_path):
+    from ..rundir import RunDirectory  # at first use: status and --wait import this module
+
+    return RunDirectory(run_path)
 
 
 def launcher_said(failure: dict, run_path=None, limit: int = 30) -> tuple[list[str], int]:
@@ -323,7 +327,7 @@ def launcher_said(failure: dict, run_path=None, limit: int = 30) -> tuple[list[s
     messages = (failure.get("launcher") or {}).get("messages") or []
     if run_path is not None:
         try:
-            with open(f"{run_path}/logs/launcher.log", "rb") as log:
+            with open(_run(run_path).launcher_log, "rb") as log:
                 messages = log.read(64_000).decode(errors="replace").splitlines()
         except OSError:
             pass

@@ -19,8 +19,6 @@ PENDING: dict[str, dict[str, int]] = {
     "launcher/backends/__init__.py": {"spec.json": 1},
     "launcher/backends/local/backend.py": {"output.log": 1, "rank-*.log": 2, "*/status.json": 1},
     "launcher/backends/local/array.py": {"output.log": 1},
-    "launcher/supervisor/root_cause.py": {" (*/logs/launcher.log)": 1, "  details: */failure.json": 1,
-                                          "*/logs/launcher.log": 1},
 }
 
 

@@ -173,7 +173,7 @@ def requeue_now(run: RunDirectory, job_id: str, cause: str | None, echo, exclude
 def limit_failure(run: RunDirectory, spec: JobSpec, requeues: int, cause: str, attempt: int) -> dict:
     """failure.json for a job whose requeues are spent (written, and returned)."""
     status = run.status()
-    latest = Checkpoints(run.path / "checkpoints").latest_step()
+    latest = Checkpoints(run.checkpoints).latest_step()
     where = (f"the latest checkpoint is step {latest} in {run.path}/checkpoints"
              if latest is not None else "no checkpoint was written")
     summary = (f"{cause} notice after {requeues} requeue(s) ({status.preemptions} preemption(s), "
