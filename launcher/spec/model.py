@@ -240,6 +240,18 @@ class JobSpec(Record):
         return self.nodes * self.processes_per_node
 
     @property
+    def gpus_per_node(self) -> int:
+        """GPUs each node asks for: slurm.gpus_per_node, else one per device of its processes; 0 on CPU."""
+        if self.platform != "gpu":
+            return 0
+        return self.slurm.gpus_per_node or self.processes_per_node * self.devices_per_process
+
+    @property
+    def cpus_per_process(self) -> int:
+        """CPUs each process asks for: slurm.cpus_per_task, else 1."""
+        return self.slurm.cpus_per_task or 1
+
+    @property
     def entrypoint_file(self) -> Path | None:
         path = self.entrypoint.rpartition(":")[0]
         return Path(path) if path.endswith(".py") else None
