@@ -5,15 +5,11 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-import re
 import sys
 
 import click
 
 from .errors import JaxlaunchError
-
-# A Slurm job id, or an array task's (123_4).
-JOB_ID = re.compile(r"\d+(_\d+)?")
 
 
 class _UserError(click.ClickException):
@@ -86,9 +82,9 @@ def main():
 def run(spec, overrides, sweeps, max_parallel, run_dir, dry_run, resume_dir):
     """Run SPEC on this machine: nodes x processes_per_node processes under mpirun.
     With a sweep, every configuration, --max-parallel at a time."""
-    from .backends.local.backend import LocalBackend
+    from .backends import get_backend
 
-    local = LocalBackend()
+    local = get_backend("local")
     if resume_dir is not None:
         if spec is not None or overrides or sweeps or run_dir is not None or dry_run:
             raise click.UsageError("--resume RUN_DIR runs the spec saved in RUN_DIR: give no SPEC, --set, "
@@ -96,7 +92,7 @@ def run(spec, overrides, sweeps, max_parallel, run_dir, dry_run, resume_dir):
         sys.exit(local.resume(resume_dir, echo=_progress, print_result=click.echo).exit_code())
     job = _job_or_sweep(spec, overrides, sweeps, max_parallel)
     if dry_run:
-        click.echo(local.preview(job, run_dir), nl=False, color=True)
+        click.echo(local.plan(job, run_dir).describe(), nl=False, color=True)
     elif _is_sweep(job):
         directory, code = local.start_sweep(job, run_dir, max_parallel, echo=_progress)
         _print_results_table(directory.path)
@@ -137,16 +133,21 @@ def _is_sweep(job) -> bool:
 def explain(spec, overrides, target, run_dir):
     """Show each rank's node, local rank, devices, environment and mesh, the resources requested,
     and (--target slurm) whether the request fits the cluster; exit 2 if it cannot."""
-    from .explain import check_this_machine, format_explain
+    from .backends import get_backend
+    from .explain import format_explain
     from .rundir import RunDirectory
-    from .backends.slurm.fit import check_against_cluster
     from .spec import load_spec
 
+    backend = get_backend(target)
     job = load_spec(spec, overrides)
-    problems, warnings = check_against_cluster(job) if target == "slurm" else (check_this_machine(job), [])
-    click.echo(format_explain(job, target, RunDirectory.preview(job, run_dir).path, problems, warnings), nl=False)
+    problems, warnings = backend.check_fit(job)
+    click.echo(format_explain(job, backend, RunDirectory.preview(job, run_dir).path, problems, warnings), nl=False)
     if problems:
         sys.exit(2)
+
+
+# render's --target names a backend by what it prints: the batch script, or the local mpirun command.
+RENDER_TARGETS = {"mpirun": "local"}
 
 
 @main.command()
@@ -160,10 +161,10 @@ def render(spec, overrides, target, run_dir):
     from .backends import get_backend
     from .spec import load_spec
 
-    backend = get_backend("slurm" if target == "slurm" else "local")
+    backend = get_backend(RENDER_TARGETS.get(target, target))
     # color=True: click would strip escape sequences when stdout is not a terminal, and the
     # script shown must be byte for byte the one submit writes.
-    click.echo(backend.preview(load_spec(spec, overrides), run_dir), nl=False, color=True)
+    click.echo(backend.plan(load_spec(spec, overrides), run_dir).describe(), nl=False, color=True)
 
 
 @main.command()
@@ -179,15 +180,15 @@ def render(spec, overrides, target, run_dir):
 @_user_errors
 def submit(spec, overrides, sweeps, max_parallel, run_dir, dry_run, wait, parsable, no_check):
     """Submit SPEC to Slurm with sbatch; a sweep as one job array."""
-    from .backends.slurm.backend import SlurmBackend
+    from .backends import get_backend
 
-    slurm, job = SlurmBackend(), _job_or_sweep(spec, overrides, sweeps, max_parallel)
+    backend, job = get_backend("slurm"), _job_or_sweep(spec, overrides, sweeps, max_parallel)
     if dry_run:
-        click.echo(slurm.preview(job, run_dir, max_parallel), nl=False, color=True)
+        click.echo(backend.plan(job, run_dir, max_parallel).describe(), nl=False, color=True)
     elif _is_sweep(job):
-        _submit_sweep(slurm, job, max_parallel, run_dir, wait, parsable, no_check)
+        _submit_sweep(backend, job, max_parallel, run_dir, wait, parsable, no_check)
     else:
-        handle = slurm.start(job, run_dir, check=not no_check)
+        handle = backend.start(job, run_dir, check=not no_check)
         for warning in handle.warnings:
             _progress(f"warning: {warning}")
         # With --wait, stdout is for the result, as with `run`; the job id goes to stderr with the progress.
@@ -201,17 +202,15 @@ def submit(spec, overrides, sweeps, max_parallel, run_dir, dry_run, wait, parsab
             sys.exit(handle.exit_code())
 
 
-def _submit_sweep(slurm, sweep, max_parallel, run_dir, wait, parsable, no_check):
-    directory, ids = slurm.start_sweep(sweep, run_dir, max_parallel, echo=_progress, check=not no_check)
+def _submit_sweep(backend, sweep, max_parallel, run_dir, wait, parsable, no_check):
+    directory, ids = backend.start_sweep(sweep, run_dir, max_parallel, echo=_progress, check=not no_check)
     if parsable:
         click.echo(",".join(ids), err=wait)
     else:
         click.echo(f"Submitted sweep of {len(sweep.configurations)} configurations as job array"
                    f"{'s' if len(ids) > 1 else ''} {', '.join(ids)}; sweep directory: {directory.path}", err=wait)
     if wait:
-        from .backends.slurm.array_status import wait_for_sweep
-
-        states = wait_for_sweep(directory, echo=_progress)
+        states = backend.wait_for_sweep(directory, echo=_progress)
         _print_results_table(directory.path)
         sys.exit(0 if all(t.state == "COMPLETED" for t in states) else 1)
 
@@ -232,15 +231,20 @@ def _job_or_sweep_or_run_dir(ctx, param, value):
 
 def _sweep_or_job_ids(ctx, param, value):
     """Job ids, array ids, sweep directories (a folder holding sweep.json) or run directories."""
-    from pathlib import Path
+    from .backends import claimant, id_words
+    from .rundir import RunDirectory
+    from .sweeps.directory import SweepDirectory
 
     for item in value:
-        if (not JOB_ID.fullmatch(item) and not (Path(item) / "sweep.json").is_file()
-                and not (Path(item) / "status.json").is_file()):
-            raise click.BadParameter(f"{item!r} is not a Slurm job id (a number, e.g. 12345, or 123_4 for an "
-                                     f"array task), a sweep directory (a folder with sweep.json) nor a run "
-                                     f"directory (a folder with status.json)")
+        if (claimant(item) is None and not SweepDirectory.holds_a_sweep(item)
+                and not RunDirectory(item).status_file.is_file()):
+            raise click.BadParameter(f"{item!r} is not {_or_comma(id_words())}a sweep directory (a folder with "
+                                     f"sweep.json) nor a run directory (a folder with status.json)")
     return value
+
+
+def _or_comma(words: str) -> str:
+    return f"{words}, " if words else ""
 
 
 @main.command()
@@ -257,11 +261,13 @@ def status(job_ids, verbose):
 
 
 def _job_id_or_run_dir(ctx, param, value):
-    from pathlib import Path
+    from .backends import claimant, id_words
+    from .rundir import RunDirectory
 
-    if JOB_ID.fullmatch(value) or (Path(value) / "spec.json").is_file():
+    if claimant(value) is not None or RunDirectory(value).spec_file.is_file():
         return value
-    raise click.BadParameter(f"{value!r} is not a Slurm job id (a number, e.g. 12345) nor a run directory "
+    words = id_words()
+    raise click.BadParameter(f"{value!r} is not {words + ' nor ' if words else ''}a run directory "
                              f"(a folder with spec.json)")
 
 
@@ -358,9 +364,9 @@ def logs(job_id, rank, follow):
     from .job_tables import find_known_job
 
     job = find_known_job(job_id, needs_run_dir=True)
-    if job.backend == "slurm" and not follow and not job.log_path(rank).exists():
-        raise UsageError(f"no log yet at {job.log_path(rank)}"
-                         + ("" if rank is None else f" (does rank {rank} exist?)"))
+    missing = None if follow else job.no_log_yet(rank)
+    if missing:
+        raise UsageError(missing)
     if follow:
         job.follow_logs(rank, write=lambda text: click.echo(text, nl=False))
     else:
@@ -374,10 +380,9 @@ def logs(job_id, rank, follow):
 @_user_errors
 def cancel(job_id):
     """Cancel a job, a whole job array (its id), one array task (ID_N), or a local run (RUN_DIR)."""
-    from .backends import find_job, is_job_id
-    from .backends.slurm.backend import SlurmBackend
+    from .backends import find_job
 
-    job = SlurmBackend().find(job_id, whole_array=True) if is_job_id(job_id) else find_job(job_id)
+    job = find_job(job_id, to_cancel=True)
     job.cancel()
     click.echo(f"cancelled job {job_id}")
 

@@ -6,6 +6,10 @@ timeout: the CLI process never imports JAX, and a probe that crashes or hangs be
 check instead of taking doctor down. The probes start together and run side by side, so the
 whole report takes about as long as the slowest one (importing mpi4jax, ~2 s).
 
+Each backend adds its own rows (Backend.start_doctor_checks: Slurm's commands and controller,
+launcher/backends/slurm/doctor.py), started with the probes here. The checks and their
+subprocesses are launcher/checks.py's.
+
 Given a spec with a `container:` section, doctor also checks its runtime and starts the image's
 Python once, through the same command the ranks use: jaxlaunch must be installed there, in the
 host's version, with the host's MPI (launcher/container.py: the hybrid model).
@@ -15,26 +19,19 @@ Entry points: `run_checks(env, spec)`, `format_checks(checks)`, `exit_code(check
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import re
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
-import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
-from .backends.slurm.scheduler import FIX_CONF_NOT_A_FILE, FIX_NO_COMMANDS, FIX_NO_CONTROLLER, where_configured
+from .checks import FAIL, OK, WARN, Check, Started, which
 
-OK, WARN, FAIL = "ok", "warn", "fail"
 PROBE_TIMEOUT = 30.0        # JAX's first import on a cold shared filesystem, or CUDA's start, can be slow
-COMMAND_TIMEOUT = 10.0      # mpirun --version, scontrol ping
-SLURM_COMMANDS = ("sbatch", "squeue", "scontrol", "sinfo")
+COMMAND_TIMEOUT = 10.0      # mpirun --version, a container runtime's --version
 
 # The probes print one line of JSON (their last line of stdout).
 MPI4PY_PROBE = """
@@ -68,94 +65,8 @@ print(json.dumps({"jax": jax.__version__, "jaxlib": jaxlib.__version__, "platfor
 """
 
 
-@dataclass(frozen=True)
-class Check:
-    name: str
-    status: str          # OK, WARN or FAIL
-    detail: str          # what was found
-    fix: str = ""        # what to do about it; empty when status is OK
-
-
-# --- subprocesses ----------------------------------------------------------------------------
-
-@dataclass
-class _Outcome:
-    returncode: int | None   # None: timed out (and killed)
-    stdout: str
-    stderr: str
-    seconds: float
-
-    def last_error_line(self) -> str:
-        lines = [line.strip() for line in (self.stderr or self.stdout).splitlines() if line.strip()]
-        return lines[-1] if lines else "no output"
-
-    def json(self) -> dict | None:
-        for line in reversed(self.stdout.splitlines()):
-            try:
-                value = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(value, dict):
-                return value
-        return None
-
-    def why_not(self, what: str, timeout: float) -> str:
-        """What went wrong, for a probe or command that gave no usable answer."""
-        if self.returncode is None:
-            return f"{what} did not finish in {timeout:g} s"
-        if self.returncode < 0:
-            try:
-                name = signal.Signals(-self.returncode).name
-            except ValueError:
-                name = f"signal {-self.returncode}"
-            return f"{what} crashed ({name}): {self.last_error_line()}"
-        return f"{what} failed (exit code {self.returncode}): {self.last_error_line()}"
-
-
-class _Started:
-    """A command started now and collected later, so that the probes run side by side."""
-
-    def __init__(self, argv: list[str], env: Mapping[str, str], timeout: float):
-        self.argv, self.timeout = argv, timeout
-        self._outcome: _Outcome | None = None
-        self.started = time.monotonic()
-        self.error: OSError | None = None
-        try:
-            # A session of its own, so a timeout can stop the probe and anything it started.
-            self.process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                            env=dict(env), stdin=subprocess.DEVNULL, start_new_session=True)
-        except OSError as error:
-            self.process, self.error = None, error
-
-    def outcome(self) -> _Outcome:
-        """The command's end (waited for once; later calls give the same answer)."""
-        if self._outcome is None:
-            self._outcome = self._collect()
-        return self._outcome
-
-    def _collect(self) -> _Outcome:
-        if self.process is None:
-            return _Outcome(127, "", str(self.error), 0.0)
-        remaining = max(0.0, self.started + self.timeout - time.monotonic())
-        try:
-            stdout, stderr = self.process.communicate(timeout=remaining)
-            returncode = self.process.returncode
-        except subprocess.TimeoutExpired:
-            try:
-                os.killpg(self.process.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            stdout, stderr = self.process.communicate()
-            returncode = None
-        return _Outcome(returncode, stdout, stderr, time.monotonic() - self.started)
-
-
-def _python_probe(code: str, env: Mapping[str, str]) -> _Started:
-    return _Started([sys.executable, "-c", code], env, PROBE_TIMEOUT)
-
-
-def _which(command: str, env: Mapping[str, str]) -> str | None:
-    return shutil.which(command, path=env.get("PATH", os.defpath))
+def _python_probe(code: str, env: Mapping[str, str]) -> Started:
+    return Started([sys.executable, "-c", code], env, PROBE_TIMEOUT)
 
 
 # --- MPI: which one mpirun is, and which one mpi4py was built against --------------------------
@@ -196,8 +107,8 @@ def compare_mpi(mpirun_version: str, library_version: str) -> tuple[str, str]:
     return FAIL, f"mpirun is {' '.join(launcher)} but mpi4py was built against {' '.join(library)}"
 
 
-def _mpi_checks(mpirun: str | None, mpirun_error: str, mpirun_run: _Started | None,
-                mpi4py_run: _Started) -> list[Check]:
+def _mpi_checks(mpirun: str | None, mpirun_error: str, mpirun_run: Started | None,
+                mpi4py_run: Started) -> list[Check]:
     rebuild = ("pip install --no-deps --force-reinstall --no-cache-dir --no-binary=mpi4py,mpi4jax mpi4py mpi4jax "
                "(with that MPI's mpicc on PATH)")
     if mpirun is None:
@@ -238,7 +149,7 @@ def _mpi_checks(mpirun: str | None, mpirun_error: str, mpirun_run: _Started | No
 
 # --- mpi4jax and JAX ---------------------------------------------------------------------------
 
-def _mpi4jax_check(env: Mapping[str, str], started: _Started, gpu_driver: str | None) -> Check:
+def _mpi4jax_check(env: Mapping[str, str], started: Started, gpu_driver: str | None) -> Check:
     outcome = started.outcome()
     probe = outcome.json() if outcome.returncode == 0 else None
     if probe is None:
@@ -273,7 +184,7 @@ def _mpi4jax_check(env: Mapping[str, str], started: _Started, gpu_driver: str | 
     return Check("mpi4jax", status, "; ".join(parts), "; ".join(fixes))
 
 
-def _jax_check(started: _Started, gpu_driver: str | None) -> Check:
+def _jax_check(started: Started, gpu_driver: str | None) -> Check:
     outcome = started.outcome()
     probe = outcome.json() if outcome.returncode == 0 else None
     if probe is None:
@@ -288,34 +199,6 @@ def _jax_check(started: _Started, gpu_driver: str | None) -> Check:
     if probe["platform"] == "cpu":
         detail += "; jaxlaunch run gives each rank devices_per_process CPU devices"
     return Check("jax", OK, detail)
-
-
-# --- Slurm -------------------------------------------------------------------------------------
-
-def _slurm_checks(env: Mapping[str, str], ping: _Started | None, ping_skipped: str) -> list[Check]:
-    found = {command: _which(command, env) for command in SLURM_COMMANDS}
-    missing = [command for command, path in found.items() if path is None]
-    if missing:
-        present = [f"{c} ({p})" for c, p in found.items() if p]
-        commands = Check("slurm commands", WARN, f"not on PATH: {', '.join(missing)}"
-                         + (f"; found: {', '.join(present)}" if present else ""),
-                         f"{FIX_NO_COMMANDS} (module load slurm)")
-    else:
-        folders = sorted({str(Path(p).parent) for p in found.values()})
-        commands = Check("slurm commands", OK, f"{', '.join(SLURM_COMMANDS)} in {', '.join(folders)}")
-    if ping is None:
-        fix = FIX_CONF_NOT_A_FILE if ping_skipped.startswith("SLURM_CONF") else FIX_NO_COMMANDS
-        return [commands, Check("slurm controller", WARN, f"not checked: {ping_skipped}", fix)]
-    where = where_configured(env)
-    outcome = ping.outcome()
-    answer = " ".join(line.strip() for line in outcome.stdout.splitlines() if line.strip())
-    if outcome.returncode == 0 and re.search(r"\bUP\b", answer):
-        return [commands, Check("slurm controller", OK, f"scontrol ping: {answer}")]
-    if outcome.returncode is not None and outcome.returncode > 0:
-        detail = f"scontrol ping found no controller (exit code {outcome.returncode}): {outcome.last_error_line()}"
-    else:
-        detail = outcome.why_not("scontrol ping", COMMAND_TIMEOUT)
-    return [commands, Check("slurm controller", WARN, f"{detail} ({where})", FIX_NO_CONTROLLER)]
 
 
 # --- containers --------------------------------------------------------------------------------
@@ -349,24 +232,24 @@ def missing_mount_points(spec, workdir: Path, env: Mapping[str, str]) -> list[st
             if not (shared and target.startswith(shared)) and not (image / target.lstrip("/")).is_dir()]
 
 
-def _start_container_probes(spec, env: Mapping[str, str]) -> tuple[_Started | None, _Started | None]:
+def _start_container_probes(spec, env: Mapping[str, str]) -> tuple[Started | None, Started | None]:
     """The runtime's own answer (`--version`, or srun's `--help` for pyxis) and the image's Python
     running CONTAINER_PROBE, both started now; None where there is nothing to start."""
     from .container import RUNTIME_PROGRAMS, wrap_rank
 
     runtime = spec.container.runtime
-    program = _which(RUNTIME_PROGRAMS[runtime], env)
+    program = which(RUNTIME_PROGRAMS[runtime], env)
     if program is None:
         return None, None
-    answer = _Started([program, "--help" if runtime == "pyxis" else "--version"], env, COMMAND_TIMEOUT)
+    answer = Started([program, "--help" if runtime == "pyxis" else "--version"], env, COMMAND_TIMEOUT)
     if runtime == "pyxis" or (runtime == "charliecloud" and (not env.get("USER")
                                                             or missing_mount_points(spec, Path.cwd(), env))):
         return answer, None  # pyxis starts images only inside srun; what stops ch-run is reported instead
     argv = wrap_rank(spec, [spec.container.python, "-P", "-c", CONTAINER_PROBE], Path.cwd(), Path.cwd())
-    return answer, _Started(argv, env, PROBE_TIMEOUT)
+    return answer, Started(argv, env, PROBE_TIMEOUT)
 
 
-def _container_checks(spec, env: Mapping[str, str], answer: _Started | None, probe: _Started | None,
+def _container_checks(spec, env: Mapping[str, str], answer: Started | None, probe: Started | None,
                       mpirun_text: str | None) -> list[Check]:
     import launcher
     from .container import RUNTIME_PROGRAMS
@@ -426,7 +309,7 @@ def _container_runtimes(env: Mapping[str, str]) -> Check:
     srun's options, which a spec's check reads)."""
     from .container import RUNTIME_PROGRAMS
 
-    found = [f"{runtime}: {_which(program, env) or 'not found'}" for runtime, program in RUNTIME_PROGRAMS.items()
+    found = [f"{runtime}: {which(program, env) or 'not found'}" for runtime, program in RUNTIME_PROGRAMS.items()
              if runtime != "pyxis"]
     return Check("container runtimes", OK, "; ".join(found) + "; pyxis: not checked (a plugin of srun). Only specs "
                  "with a container: section need one; `jaxlaunch doctor SPEC` checks its runtime and image")
@@ -455,11 +338,12 @@ def _run_root_check(cwd: Path) -> Check:
 
 
 def run_checks(env: Mapping[str, str] = os.environ, spec=None) -> list[Check]:
-    """Every check, in table order. `env` is the environment the probes and Slurm commands run
+    """Every check, in table order. `env` is the environment the probes and the backends' commands run
     in (PATH, SLURM_CONF, XLA_FLAGS...). mpirun is looked up as `jaxlaunch run` does
     (launcher.backends.mpirun.find_mpirun: beside this Python first, then this process's PATH). `spec`: a
     JobSpec whose container runtime and image are checked too."""
     import launcher
+    from .backends import BACKENDS, get_backend
     from .errors import UsageError
     from .backends.mpirun import find_mpirun
 
@@ -467,22 +351,14 @@ def run_checks(env: Mapping[str, str] = os.environ, spec=None) -> list[Check]:
         mpirun, mpirun_error = find_mpirun(), ""
     except UsageError as error:
         mpirun, mpirun_error = None, str(error)
-    gpu_driver = _which("nvidia-smi", env)
-    conf = env.get("SLURM_CONF")
-    scontrol = _which("scontrol", env)
-    ping_skipped = ""
-    if scontrol is None:
-        ping_skipped = "scontrol is not on PATH"
-    elif conf and not Path(conf).is_file():
-        # scontrol would retry for 60 s before saying so
-        ping_skipped = f"SLURM_CONF={conf} is not a file"
+    gpu_driver = which("nvidia-smi", env)
 
     # Start every subprocess first; they run side by side while the others are collected.
-    mpirun_run = _Started([mpirun, "--version"], env, COMMAND_TIMEOUT) if mpirun else None
+    mpirun_run = Started([mpirun, "--version"], env, COMMAND_TIMEOUT) if mpirun else None
     mpi4py_run = _python_probe(MPI4PY_PROBE, env)
     mpi4jax_run = _python_probe(MPI4JAX_PROBE, env)
     jax_run = _python_probe(JAX_PROBE, env)
-    ping = None if ping_skipped else _Started([scontrol, "ping"], env, COMMAND_TIMEOUT)
+    backend_checks = [get_backend(name).start_doctor_checks(env) for name in BACKENDS]  # Slurm: scontrol ping
     contained = spec is not None and spec.container is not None
     container_answer, container_probe = _start_container_probes(spec, env) if contained else (None, None)
 
@@ -497,7 +373,7 @@ def run_checks(env: Mapping[str, str] = os.environ, spec=None) -> list[Check]:
         *mpi,
         _mpi4jax_check(env, mpi4jax_run, gpu_driver),
         _jax_check(jax_run, gpu_driver),
-        *_slurm_checks(env, ping, ping_skipped),
+        *(check for collect in backend_checks for check in collect()),
         _run_root_check(Path.cwd()),
         *(_container_checks(spec, env, container_answer, container_probe, mpirun_text) if contained
           else [_container_runtimes(env)]),

@@ -203,8 +203,7 @@ class Executor:
         (`result()` is rank 0's return value)."""
         spec = self.job_spec(fn)
         files = function_files(fn, args, kwargs)  # refuses an unpicklable call before anything exists
-        options = {"check": True} if self.backend_name == "slurm" else {}
-        return self.backend.start(spec, None, files=files, **options)
+        return self.backend.start(spec, None, files=files)  # Slurm checks the request against the cluster
 
     def map(self, fn: Callable, items: Iterable, max_parallel: int | None = None) -> list[Job]:
         """Run `fn(ctx, item)` as one job per item (ctx.params["map_index"] is its position): a

@@ -1,47 +1,21 @@
-"""What `jaxlaunch status` prints: tables of jobs, sweeps and recent local runs, built from the
-backends' handles (the presentation only; every state comes from a handle); and `find_known_job`,
-the one way every command that takes a job id finds it, so a wrong id gets the same answer in each."""
+"""What `jaxlaunch status` prints, assembled from every backend's part: each backend lists its own
+jobs and sweeps, makes its own table (Backend.status_rows) and says its sweeps' task states; this
+module puts the parts together, one blank line apart, with the lines under each table (notes,
+progress, root cause) and the sweeps' summaries. Without arguments, a backend that cannot be
+asked spoils only its own part: one line says why (Backend.not_asked_line), the other parts
+stand, and the exit code is 0. Also `find_known_job`, the one way every command that takes a job
+id finds it, so a wrong id gets the same answer in each; and `wait_for` (`submit --wait`)."""
 
 from __future__ import annotations
 
-import json
-import os
-import time
-from pathlib import Path
-
 from tabulate import tabulate
 
-from .backends import find_job, is_job_id
-from .backends.local.backend import LocalBackend, LocalJob
-from .backends.slurm.backend import SlurmBackend, SlurmJob, sweep_dir_of
-from .errors import SchedulerError, UsageError
-from .backends.slurm.index import jobs_index
+from .backends import BACKENDS, all_backends, claimant, find_job, get_backend
+from .errors import JaxlaunchError, UsageError
 from .states import JobState
 
 EXPLAINED_STATES = (JobState.FAILED, JobState.TIMEOUT, JobState.CANCELLED)
-
-
-def _shown_path(path) -> str:
-    """A path under the working directory as the user typed it (runs/...), others absolute."""
-    relative = os.path.relpath(path)
-    return str(path) if relative.startswith("..") else relative
-
-
-def local_run_row(job: LocalJob) -> list[str]:
-    """LOCAL RUN, STATE, DURATION, RESULT (the result's scalars, or the failure, shortened)."""
-    status = job.status()
-    seconds = (status.ended or time.time()) - status.started if status.started else None
-    summary = ""
-    try:
-        value = json.loads(job.run.result_file.read_text())
-        if isinstance(value, dict):
-            value = {k: v for k, v in value.items() if isinstance(v, (int, float, str, bool))}
-        summary = json.dumps(value)
-    except (OSError, ValueError):
-        failure = job.failure()
-        summary = failure["summary"] if failure else ""
-    return [_shown_path(job.run_dir), str(job.state()), "" if seconds is None else f"{seconds:.1f} s",
-            summary if len(summary) <= 60 else summary[:57] + "..."]
+NOTHING_YET = "no jobs submitted with jaxlaunch yet, and no local runs in runs/"
 
 
 def progress_lines(job, name: str, verbose: bool, echo) -> None:
@@ -59,146 +33,133 @@ def progress_lines(job, name: str, verbose: bool, echo) -> None:
             echo(line)
 
 
-def slurm_job_rows(jobs: list[SlurmJob]) -> tuple[list[list[str]], list[SlurmJob]]:
-    """(rows JOBID, STATE, ELAPSED/LIMIT, NODES, RUN DIR for the jobs Slurm or the index knows,
-    the unknown ones). One batched scheduler query for all of them."""
-    if jobs:
-        backend = SlurmBackend(jobs[0].watcher)
-        backend.states(jobs)
-        backend.fill_run_dirs(jobs)
-    rows, unknown = [], []
-    for job in jobs:
-        info = job.info()
-        if info is None and job.run is None:
-            unknown.append(job)
-        elif info is None:
-            rows.append([job.id, f"{job.status().state} (no longer known to Slurm)", "", "", str(job.run_dir)])
-        else:
-            state = job.state()
-            shown = info.describe_state() if state == JobState.parse(info.state) else str(state)
-            rows.append([job.id, shown, info.describe_elapsed(), info.nodes, str(job.run_dir or "")])
-    return rows, unknown
-
-
-def unknown_jobs_error(job_ids: list[str]) -> UsageError:
-    plural = "s" if len(job_ids) > 1 else ""
-    return UsageError(f"no job{plural} {', '.join(job_ids)} known to Slurm or to jaxlaunch (index: {jobs_index()}).\n"
-                      f"  fix: check the id{plural} with `squeue --me` or `jaxlaunch status`.")
+def job_lines(job, named: bool, verbose: bool, echo) -> None:
+    """The lines under the table about one job: its backend's notes, its progress (always for a job
+    named on the command line, else while it runs) and, for a named job that failed, timed out or
+    was cancelled, its root cause."""
+    label = job.status_label()
+    for note in job.status_notes():
+        echo(f"{label} {note}")
+    if named or not job.state().final:
+        progress_lines(job, label, verbose, echo)
+    if named and job.state() in EXPLAINED_STATES:
+        for line in job.failure_lines():
+            echo(f"{label} {line}")
 
 
 def find_known_job(job_id_or_run_dir, needs_run_dir: bool = False):
     """The handle on the job a command names (a job id or a run directory). UsageError (exit 2,
-    with the fix) for an id that neither Slurm nor jaxlaunch's index knows, and, with
-    `needs_run_dir`, for a Slurm job jaxlaunch did not submit (logs, goodput and plot read the run
-    directory). Slurm is asked only about an id the index does not know."""
+    with the fix) for an id that neither its backend nor jaxlaunch's records know, and, with
+    `needs_run_dir`, for a job without a run directory (logs, goodput and plot read it: a Slurm
+    job jaxlaunch did not submit). The backend is asked only about an id nothing here knows."""
     job = find_job(job_id_or_run_dir)
-    if isinstance(job, SlurmJob) and job.run is None:
-        if job.info() is None:
-            raise unknown_jobs_error([job.id])
+    if job.run is None:
+        if not job.exists():
+            raise UsageError(get_backend(job.backend).unknown_ids_message([job.id]))
         if needs_run_dir:
             raise UsageError(job.no_run_dir_message())
     return job
 
 
-def slurm_not_asked_line(job_ids: list[str], error: SchedulerError) -> str:
-    """One line for `jaxlaunch status` when Slurm could not be asked about the jobs jaxlaunch
-    submitted: why, and the fix when there is one."""
-    said = [line.strip() for line in error.stderr.splitlines() if line.strip()]
-    why = getattr(error, "why", "") or (said[-1] if said else f"{error.argv[0]} exited {error.returncode}")
-    plural = "s" if len(job_ids) > 1 else ""
-    line = f"Slurm could not be asked about the {len(job_ids)} job{plural} jaxlaunch submitted: {why}"
-    fix = getattr(error, "fix", None)
-    return line + (f"; fix: {fix}" if fix else "")
+class _Parts:
+    """Echoes the parts of `status` with one blank line between two parts that print something."""
+
+    def __init__(self, echo):
+        self._echo, self.printed, self._new_part = echo, False, False
+
+    def new_part(self) -> None:
+        self._new_part = True
+
+    def separate(self) -> None:
+        """The blank line owed before the first line of this part (or before its error)."""
+        if self._new_part and self.printed:
+            self._echo("")
+        self._new_part = False
+
+    def echo(self, line: str) -> None:
+        self.separate()
+        self.printed = True
+        self._echo(line)
 
 
-def print_status(job_ids: list[str], verbose: bool, echo) -> None:
-    """`jaxlaunch status [IDS]`: the jobs asked about (default: those jaxlaunch submitted, and the
-    recent local runs), a count of task states per sweep, the root cause of those that failed.
-    Without ids, Slurm's part is one line when Slurm cannot be asked (the local runs still show)."""
-    slurm = SlurmBackend()
-    run_dirs = [i for i in job_ids if not is_job_id(i) and not (Path(i) / "sweep.json").is_file()]
-    job_ids = [i for i in job_ids if i not in run_dirs]
-    local_runs = []
-    for folder in run_dirs:  # a run directory: its local run, or the Slurm job that ran in it
-        job = LocalBackend().find(folder)
-        if job.status().backend == "slurm" and job.status().job_id:
-            job_ids.append(job.status().job_id)
-        else:
-            local_runs.append(job)
-    ids = list(job_ids) or ([] if run_dirs else slurm.known_job_ids()[:20])
-    if local_runs:
-        echo(tabulate([local_run_row(job) for job in local_runs], headers=["LOCAL RUN", "STATE", "DURATION", "RESULT"]))
-        for job in local_runs:
-            progress_lines(job, _shown_path(job.run_dir), verbose, echo)
-            if job.state() in EXPLAINED_STATES:
-                for line in job.failure_lines():
-                    echo(f"{_shown_path(job.run_dir)} {line}")
-        if ids:
-            echo("")
-    if not job_ids and not run_dirs:
-        recent = LocalBackend().recent()
-        local = [local_run_row(job) for job in recent]
-        if local:
-            echo(tabulate(local, headers=["LOCAL RUN", "STATE", "DURATION", "RESULT"]))
-            for job in recent:
-                if not job.state().final:
-                    progress_lines(job, _shown_path(job.run_dir), verbose, echo)
-            if ids:
-                echo("")
-        elif not ids:
-            echo("no jobs submitted with jaxlaunch yet, and no local runs in runs/")
-            return
-    if job_ids or run_dirs:
-        _print_slurm_jobs(ids, job_ids, verbose, echo)
-        return
-    try:  # the default listing: the local runs above stand even when Slurm cannot be asked
-        _print_slurm_jobs(ids, job_ids, verbose, echo)
-    except SchedulerError as error:
-        echo(slurm_not_asked_line(ids, error))
+def _print_part(backend, sweeps: list, jobs: list, named: bool, verbose: bool, echo) -> None:
+    """One backend's part: its sweeps' summaries (verbose: one row per task), its table, the
+    lines under it; then, for ids named but unknown, the error (exit 2)."""
+    from .sweeps.tasks import summary_line
 
-
-def _print_slurm_jobs(ids: list[str], job_ids: list[str], verbose: bool, echo) -> None:
-    """The sweeps and Slurm jobs of `status`; `job_ids`: those the user named (explained in full)."""
-    from .backends.slurm.array_status import summary_line, task_states
-    from .sweeps.directory import SweepDirectory
-
-    sweeps = [SweepDirectory(i) if not is_job_id(i) else sweep_dir_of(i) for i in ids]
-    for path in dict.fromkeys(d.path for d in sweeps if d is not None):
-        directory = SweepDirectory(path)
-        states = task_states(directory)
+    for path in dict.fromkeys(directory.path for directory in sweeps):
+        directory = next(d for d in sweeps if d.path == path)
+        states = backend.sweep_states(directory)
         echo(summary_line(directory, states))
         if verbose:
             keys = directory.read()["keys"]
             echo(tabulate([[t.folder, t.job_id, t.state, t.elapsed, *(t.values.get(k) for k in keys)]
                            for t in states], headers=["TASK", "JOBID", "STATE", "ELAPSED", *keys]))
-    jobs = SlurmBackend().find_many([i for i, d in zip(ids, sweeps) if d is None])
     if not jobs:
         return
-    rows, unknown = slurm_job_rows(jobs)
-    if rows:
-        echo(tabulate(rows, headers=["JOBID", "STATE", "ELAPSED/LIMIT", "NODES", "RUN DIR"]))
-    for job in jobs:
-        if job in unknown:
+    table = backend.status_rows(jobs)
+    if table.rows:
+        echo(tabulate(table.rows, headers=table.headers))
+    for job in table.jobs:
+        job_lines(job, named, verbose, echo)
+    if table.unknown:
+        raise UsageError(backend.unknown_ids_message(table.unknown))
+
+
+def _backend_of_sweep(directory) -> str:
+    """The backend that ran the sweep in `directory` (sweep.json says; local if it does not)."""
+    name = directory.read().get("backend") or "local"
+    return name if name in BACKENDS else "local"
+
+
+def print_status(refs: list[str], verbose: bool, echo) -> None:
+    """`jaxlaunch status [REFS]`: the jobs and sweeps named (job ids, sweep directories, run
+    directories), else what each backend lists (the jobs jaxlaunch submitted, the recent local
+    runs); a count of task states per sweep; the root cause of the named jobs that failed. Each
+    backend's part is printed as soon as it is ready, in BACKENDS' order."""
+    parts = _Parts(echo)
+    if not refs:
+        for backend in all_backends():
+            parts.new_part()
+            try:
+                sweeps, jobs = backend.listed()
+                _print_part(backend, sweeps, jobs, False, verbose, parts.echo)
+            except JaxlaunchError as error:  # this backend's part only: the others stand
+                parts.echo(backend.not_asked_line(error))
+        if not parts.printed:
+            echo(NOTHING_YET)
+        return
+    from .sweeps.directory import SweepDirectory
+
+    named = {name: ([], [], []) for name in BACKENDS}  # sweep directories, ids, handles of run directories
+    for ref in refs:
+        backend = claimant(ref)
+        if backend is not None:  # an id first, as a folder of that name could also be
+            named[backend.name][1].append(ref)
+        elif SweepDirectory.holds_a_sweep(ref):
+            directory = SweepDirectory(ref)
+            named[_backend_of_sweep(directory)][0].append(directory)
+        else:  # a run directory: the job that ran there, of whichever backend
+            job = find_job(ref)
+            named[job.backend][2].append(job)
+    for name, (sweeps, ids, handles) in named.items():
+        if not (sweeps or ids or handles):
             continue
-        requeued = job.requeue_line()
-        if requeued:
-            echo(f"job {job.id} {requeued}")
-        if job_ids or not job.state().final:
-            progress_lines(job, f"job {job.id}", verbose, echo)
-        if job_ids and job.state() in EXPLAINED_STATES:  # explain the jobs asked about
-            for line in job.failure_lines():
-                echo(f"job {job.id} {line}")
-    if unknown:
-        raise unknown_jobs_error([job.id for job in unknown])
+        backend = get_backend(name)
+        parts.new_part()
+        try:
+            more_sweeps, jobs = backend.resolve(ids)
+            _print_part(backend, [*sweeps, *more_sweeps], [*jobs, *handles], True, verbose, parts.echo)
+        except JaxlaunchError:
+            parts.separate()
+            raise
 
 
 def wait_for(job, echo) -> JobState:
-    """`--wait`: follow one job to its end, echoing each state change (with squeue's pending
-    reason), then its root cause if it did not complete."""
+    """`--wait`: follow one job to its end, echoing each state change (with the scheduler's
+    reason while it waits), then its root cause if it did not complete."""
     def changed(handle, state):
-        info = handle.info() if isinstance(handle, SlurmJob) else None
-        shown = info.describe_state() if info is not None and JobState.parse(info.state) == state else str(state)
-        echo(f"job {handle.id}: {shown}")
+        echo(f"job {handle.id}: {handle.describe_state(state)}")
 
     state = job.wait(on_change=changed)
     if state != JobState.COMPLETED:
@@ -207,4 +168,4 @@ def wait_for(job, echo) -> JobState:
     return state
 
 
-__all__ = ["print_status", "wait_for", "find_known_job", "local_run_row", "slurm_job_rows", "unknown_jobs_error"]
+__all__ = ["print_status", "wait_for", "find_known_job", "progress_lines", "job_lines", "EXPLAINED_STATES"]

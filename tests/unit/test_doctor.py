@@ -8,6 +8,7 @@ import time
 import pytest
 
 from launcher import doctor
+from launcher.backends.slurm import doctor as slurm_doctor
 from launcher.doctor import FAIL, OK, WARN, Check, compare_mpi, exit_code, format_checks, identify_mpi, run_checks
 
 OPEN_MPI_5_MPIRUN = ("mpirun (Open MPI) 5.0.11\n\nReport bugs to https://www.open-mpi.org/community/help/\n")
@@ -67,14 +68,14 @@ def test_a_controller_that_does_not_answer_is_a_warning(tmp_path):
     conf.write_text("ClusterName=nowhere\nSlurmctldHost=localhost\nSlurmctldPort=1\n"
                     "NodeName=n1 CPUs=1 State=UNKNOWN\nPartitionName=p Nodes=n1 Default=YES\n")
     env = {**os.environ, "SLURM_CONF": str(conf)}
-    checks = by_name(doctor._slurm_checks(env, doctor._Started(["scontrol", "ping"], env, 10), ""))
+    checks = by_name(slurm_doctor.slurm_checks(env, doctor.Started(["scontrol", "ping"], env, 10), ""))
     assert checks["slurm controller"].status == WARN
     assert f"SLURM_CONF={conf}" in checks["slurm controller"].detail
 
 
 def test_missing_slurm_commands_are_a_warning(tmp_path):
     env = {"PATH": str(tmp_path)}  # nothing on PATH
-    checks = by_name(doctor._slurm_checks(env, None, "scontrol is not on PATH"))
+    checks = by_name(slurm_doctor.slurm_checks(env, None, "scontrol is not on PATH"))
     assert checks["slurm commands"].status == WARN
     assert checks["slurm commands"].detail == "not on PATH: sbatch, squeue, scontrol, sinfo"
     assert checks["slurm controller"] == Check(
@@ -197,7 +198,7 @@ def test_a_writable_runs_folder_is_ok_and_left_clean(tmp_path):
 
 
 def test_a_gpu_driver_without_the_cuda_bridge_is_a_warning_with_the_fix():
-    probe = doctor._Started([sys.executable, "-c", "import json; print(json.dumps({'version': '0.9.1', 'cuda': False, "
+    probe = doctor.Started([sys.executable, "-c", "import json; print(json.dumps({'version': '0.9.1', 'cuda': False, "
                                                    "'bridges': ['mpi_xla_bridge_cpu'], 'fast_path': True}))"],
                             os.environ, 10)
     check = doctor._mpi4jax_check(os.environ, probe, "/usr/bin/nvidia-smi")

@@ -87,6 +87,40 @@ def test_status_with_slurm_conf_pointing_nowhere_answers_at_once(no_slurm, monke
     assert "point SLURM_CONF at the cluster's slurm.conf, or unset it" in about_slurm[0]
 
 
+def test_status_of_the_console_script_degrades_only_slurms_part(tmp_path):
+    """Issue 31: each backend's part of `status` stands alone. The real console script, with a HOME
+    whose ~/.jaxlaunch index holds an old Slurm job and the array of a sweep whose folder was
+    deleted since, beside a local run; Slurm cannot be asked (SLURM_CONF names no file). Before,
+    status printed the local table and ended in `Error: ... is not a sweep directory` (exit 2):
+    one index entry of Slurm's sank the whole command."""
+    from conftest import jaxlaunch
+
+    home = tmp_path / "home"
+    env = {**os.environ, "HOME": str(home), "SLURM_CONF": str(tmp_path / "gone" / "slurm.conf")}
+    env.pop(index.HOME_ENV, None)
+    jobs = home / ".jaxlaunch" / "jobs"
+    jobs.mkdir(parents=True)
+    old = RunDirectory.create(JobSpec(name="old", entrypoint="m:f"), tmp_path / "runs" / "old-slurm-job")
+    old.update_status(state="RUNNING", backend="slurm", job_id="4242")
+    (jobs / "4242.json").write_text(json.dumps({"job_id": "4242", "run_dir": str(old.path)}))
+    (jobs / "4243.json").write_text(json.dumps({"job_id": "4243", "sweep_dir": str(tmp_path / "deleted-sweep")}))
+    now = time.time()
+    local = RunDirectory.create(JobSpec(name="here", entrypoint="m:f"), tmp_path / "runs" / "here")
+    local.update_status(state="COMPLETED", backend="local", started=now - 3, ended=now)
+
+    result = jaxlaunch("status", env=env, cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].split() == ["LOCAL", "RUN", "STATE", "DURATION", "RESULT"]
+    assert lines[2].split()[:2] == ["runs/here", "COMPLETED"]
+    assert not any("old-slurm-job" in line for line in lines[2:3])  # a Slurm job is no local run
+    about_slurm = [line for line in lines if "Slurm" in line or "slurm" in line]
+    assert about_slurm == [f"Slurm could not be asked about the 1 job jaxlaunch submitted: SLURM_CONF="
+                           f"{tmp_path / 'gone' / 'slurm.conf'} is not a file; fix: {scheduler.FIX_CONF_NOT_A_FILE}"]
+    assert lines[-2:] == ["", about_slurm[0]]
+    assert result.stderr == "" and "Traceback" not in result.stdout and "Error" not in result.stdout
+
+
 @pytest.mark.parametrize("command", [["status", "77"], ["cancel", "77"], ["logs", "12345"], ["watch", "12345"]])
 def test_a_command_that_must_ask_slurm_names_the_fix(no_slurm, command):
     result = invoke(*command)
@@ -132,13 +166,13 @@ def test_a_run_dir_that_ran_is_still_never_reused(no_slurm, write_spec, tmp_path
 
 
 def test_doctor_and_the_commands_say_the_same_words(monkeypatch, tmp_path):
-    from launcher import doctor
+    from launcher.backends.slurm import doctor as slurm_doctor
 
     conf = tmp_path / "missing.conf"
     monkeypatch.setenv("SLURM_CONF", str(conf))
     with pytest.raises(scheduler.SlurmUnreachable) as info:
         scheduler.call_slurm(["squeue"])
-    checks = doctor._slurm_checks({"PATH": str(tmp_path)}, None, f"SLURM_CONF={conf} is not a file")
+    checks = slurm_doctor.slurm_checks({"PATH": str(tmp_path)}, None, f"SLURM_CONF={conf} is not a file")
     assert checks[1].fix == info.value.fix == scheduler.FIX_CONF_NOT_A_FILE
     assert checks[0].fix.startswith(scheduler.FIX_NO_COMMANDS)
     assert scheduler.REACH_CONTROLLER in scheduler.FIX_NO_CONTROLLER and FIX == scheduler.REACH_CONTROLLER

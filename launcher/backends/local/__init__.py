@@ -3,8 +3,10 @@ that started it (or in a background child). Code outside this package uses only 
 exports (the `Backend` seam, launcher/backends/base.py).
 
   backend.py      LocalBackend and LocalJob: start, find, follow and cancel a local run
-  plan.py         the mpirun command and environment of a local run, and the checks before it
+  plan.py         the mpirun command and environment of a local run (its Plan), the checks
+                  before it, and where `explain` says the ranks run
   array.py        a local sweep: its configurations run one after another (or N at a time)
+  status.py       the local runs' table in `jaxlaunch status`
   background.py   `python -m launcher.backends.local.background`: the child that supervises
                   one configuration of a local sweep, or a run of the Python API (launcher.run)
 """

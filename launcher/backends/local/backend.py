@@ -24,7 +24,7 @@ from . import plan as launch
 from ...rundir import RunDirectory
 from ...spec import JobSpec
 from ...states import JobState
-from ..base import Backend, Job
+from ..base import Backend, Job, StatusRows
 
 OUTPUT_LOG = "output.log"  # a background run's combined output (what `jaxlaunch run` would print)
 RESUMABLE_STATES = (JobState.PREEMPTED, JobState.FAILED, JobState.CANCELLED, JobState.TIMEOUT)
@@ -83,6 +83,12 @@ class LocalJob(Job):
     def __init__(self, run: RunDirectory, process: subprocess.Popen | None = None):
         super().__init__(run.path.name, run)
         self.process = process  # the background supervisor, when this process started it
+
+    def status_label(self) -> str:
+        """Its run directory, as the user would type it (runs/...)."""
+        from .status import shown_path
+
+        return shown_path(self.run_dir)
 
     def state(self) -> JobState:
         status = self.status()
@@ -195,40 +201,40 @@ class LocalJob(Job):
 class LocalBackend(Backend):
     name = "local"
 
-    def start(self, spec: JobSpec, run_dir=None, files: dict[str, bytes] | None = None, **options) -> LocalJob:
-        """Start `spec` in a background process (`python -m launcher.backends.local.background RUN_DIR`)."""
+    def plan(self, spec_or_sweep, run_dir=None, max_parallel: int | None = None):
+        """The mpirun command and environment (a sweep: its configurations and directory)."""
+        if isinstance(spec_or_sweep, JobSpec):
+            return launch.LocalPlan(spec_or_sweep, RunDirectory.preview(spec_or_sweep, run_dir).path, run_dir)
+        return launch.LocalSweepPlan(spec_or_sweep, run_dir, max_parallel)
+
+    def start_plan(self, plan, files: dict[str, bytes] | None = None, **options) -> LocalJob:
+        """Start the plan's spec in a background process (`python -m launcher.backends.local.background
+        RUN_DIR`), which runs the same plan (`run_attached`)."""
+        spec = plan.spec
         launch.check_local(spec)  # fails with a clear message before a run directory exists
-        run = RunDirectory.create(spec, run_dir)
+        run = RunDirectory.create(spec, plan.requested)
         run.write_files(files)
         with open(run.path / OUTPUT_LOG, "ab") as output:
             process = subprocess.Popen([sys.executable, "-m", "launcher.backends.local.background", str(run.path)],
                                        stdout=output, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         return LocalJob(run, process)
 
-    def preview(self, spec_or_sweep, run_dir=None, max_parallel: int | None = None) -> str:
-        """The mpirun command and environment (a sweep: its configurations and directory)."""
-        if isinstance(spec_or_sweep, JobSpec):
-            run = RunDirectory.preview(spec_or_sweep, run_dir)
-            plan = launch.plan_local_run(spec_or_sweep, run, mpirun.find_mpirun(), sys.executable, os.geteuid() == 0)
-            return plan.describe() + "\n"
-        from ...sweeps.directory import SweepDirectory
-
-        return (f"{spec_or_sweep.describe()}\n"
-                f"sweep directory: {SweepDirectory.preview(spec_or_sweep, run_dir).path}\n")
-
     def run_here(self, spec: JobSpec, run_dir=None, echo=print, print_result=print) -> LocalJob:
-        """`jaxlaunch run SPEC`: a new run directory, then `run_attached`."""
+        """`jaxlaunch run SPEC`: its plan, a new run directory, then `run_attached` with that plan."""
+        plan = self.plan(spec, run_dir)
         launch.check_local(spec)  # fails with a clear message before a run directory exists
-        return self.run_attached(spec, RunDirectory.create(spec, run_dir), echo=echo, print_result=print_result)
+        run = RunDirectory.create(spec, run_dir)
+        return self.run_attached(spec, run, echo=echo, print_result=print_result, plan=plan)
 
     def run_attached(self, spec: JobSpec, run: RunDirectory, echo=print, print_result=print,
-                     resume: bool = False) -> LocalJob:
+                     resume: bool = False, plan: "launch.LocalPlan | None" = None) -> LocalJob:
         """Run the job to its end, supervised in this process; the ranks' output goes to this
         process's stderr as it comes, progress to `echo`, the result (one line of JSON) to
-        `print_result`. `handle.exit_code()` is `jaxlaunch run`'s exit code."""
+        `print_result`. `handle.exit_code()` is `jaxlaunch run`'s exit code. `plan`: the one
+        made before the run directory was (made here when not given)."""
         from ...supervisor import describe_outcome, result_text, supervise
 
-        plan = launch.plan_local_run(spec, run, mpirun.find_mpirun(), sys.executable, os.geteuid() == 0)
+        plan = (plan or launch.LocalPlan(spec, run.path)).launch_plan(run.path)
         started = time.time()
         run.update_status(backend="local", command=plan.argv, supervisor_pid=os.getpid(),
                           supervisor_start=_start_ticks(os.getpid()), supervisor_host=socket.gethostname())
@@ -286,6 +292,7 @@ class LocalBackend(Backend):
         return [LocalJob(run) for run in runs]
 
     def find(self, run_dir, run: RunDirectory | None = None) -> LocalJob:
+        """The local run in `run_dir` (UsageError when it holds no spec.json)."""
         run = run or RunDirectory(run_dir)
         if not run.spec_file.exists():
             raise UsageError(f"{run_dir} is not a run directory (no spec.json there)")
@@ -297,3 +304,25 @@ class LocalBackend(Backend):
                          reverse=True)
         jobs = [LocalJob(RunDirectory(folder)) for folder in folders[:limit]]
         return [job for job in jobs if job.status().backend == "local"]
+
+    # --- jaxlaunch status, explain --------------------------------------------------------------
+
+    def listed(self):
+        """The newest local runs under runs/ (no sweeps: their tasks are one folder deeper)."""
+        return [], self.recent()
+
+    def status_rows(self, jobs):
+        """LOCAL RUN, STATE, DURATION, RESULT."""
+        from .status import HEADERS, local_run_row
+
+        return StatusRows(HEADERS, [local_run_row(job) for job in jobs], list(jobs))
+
+    def placement(self, spec):
+        return launch.placement(spec)
+
+    def check_fit(self, spec):
+        """This machine: a GPU (and JAX's CUDA plugin) for `platform: gpu`."""
+        return launch.problems_here(spec), []
+
+    def container_command(self, spec, run_dir, workdir) -> str:
+        return launch.container_command(spec, Path(run_dir), Path(workdir))

@@ -1,10 +1,13 @@
 """The local backend's launch plan: the mpirun command and environment that run a spec on this
-machine, and what can stop a local run before its run directory exists (pure functions, apart
-from finding mpirun)."""
+machine (and the Plan objects that `render --target mpirun`, `run --dry-run` and the start
+share), what can stop a local run before its run directory exists, and where `explain` says the
+ranks run (pure functions, apart from finding mpirun)."""
 
 from __future__ import annotations
 
+import os
 import shlex
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,7 +17,9 @@ from ...errors import UsageError
 from ...rank.topology import EMULATED_PPN, GPU_FIX, missing_for_gpu
 from ...rundir import RunDirectory
 from ...spec import JobSpec
-from ..mpirun import RANK_ENV_DEFAULTS, find_mpirun, mpirun_flags, rank_command
+from .. import mpirun as shared  # find_mpirun looked up when called (tests replace it)
+from ..base import Placement, Plan
+from ..mpirun import RANK_ENV_DEFAULTS, mpirun_flags, rank_command
 
 
 @dataclass(frozen=True)
@@ -31,13 +36,37 @@ class LaunchPlan:
 def check_local(spec: JobSpec) -> None:
     """What can stop a local run before its run directory exists: no mpirun, a runtime that needs
     srun, `platform: gpu` on a machine without a GPU (or without JAX's CUDA plugin)."""
-    find_mpirun()
+    shared.find_mpirun()
     container.refuse_local_pyxis(spec)
-    if spec.platform == "gpu":
-        # In a container image, the image's JAX is the one that needs the plugin.
-        missing = missing_for_gpu(plugins=["(in the image)"] if spec.container is not None else None)
-        if missing is not None:
-            raise UsageError(f"platform: gpu, but {missing} (try `jaxlaunch explain`).\n  fix: {GPU_FIX}")
+    missing = _missing_for_gpu(spec)
+    if missing is not None:
+        raise UsageError(f"platform: gpu, but {missing} (try `jaxlaunch explain`).\n  fix: {GPU_FIX}")
+
+
+def _missing_for_gpu(spec: JobSpec) -> str | None:
+    if spec.platform != "gpu":
+        return None
+    # In a container image, the image's JAX is the one that needs the plugin.
+    return missing_for_gpu(plugins=["(in the image)"] if spec.container is not None else None)
+
+
+def problems_here(spec: JobSpec) -> list[str]:
+    """What stops the spec from running here with `jaxlaunch run` that explain can see: today,
+    `platform: gpu` without a GPU or without JAX's CUDA plugin (JAX itself fails with a bare
+    AssertionError). Each problem ends with its fix."""
+    missing = _missing_for_gpu(spec)
+    return [] if missing is None else [f"platform: gpu, but {missing}. Fix: {GPU_FIX}"]
+
+
+def placement(spec: JobSpec) -> Placement:
+    """This machine: every rank is told how many processes a node would have (the emulated node)."""
+    return Placement("this machine, under mpirun", rank_env={EMULATED_PPN: str(spec.processes_per_node)})
+
+
+def container_command(spec: JobSpec, run_dir: Path, workdir: Path) -> str:
+    """One rank's command in the image, as mpirun starts it here (never pyxis: it needs srun)."""
+    container.refuse_local_pyxis(spec)
+    return shlex.join(rank_command(spec, "python", run_dir, workdir))
 
 
 def plan_local_run(spec: JobSpec, run: RunDirectory, mpirun: str, python: str, is_root: bool,
@@ -50,3 +79,35 @@ def plan_local_run(spec: JobSpec, run: RunDirectory, mpirun: str, python: str, i
     env = {**RANK_ENV_DEFAULTS, **spec.env, RUN_DIR_ENV: str(run.path), EMULATED_PPN: str(spec.processes_per_node),
            **container.rank_environment(spec)}
     return LaunchPlan(argv=argv, env=env)
+
+
+class LocalPlan(Plan):
+    """`jaxlaunch run` of one spec, planned: the mpirun command and environment for this machine's
+    mpirun, Python and working directory. `describe()` shows them for `run_dir`; `launch_plan`
+    gives them for the run directory the run got (the same, unless that name was taken meanwhile)."""
+
+    def __init__(self, spec: JobSpec, run_dir: Path, requested=None):
+        super().__init__(spec, run_dir, requested)
+        self.spec = spec
+        self.mpirun, self.python = shared.find_mpirun(), sys.executable
+        self.is_root, self.workdir = os.geteuid() == 0, Path.cwd()
+        self.launch = self.launch_plan(self.run_dir)
+
+    def launch_plan(self, run_dir: Path) -> LaunchPlan:
+        return plan_local_run(self.spec, RunDirectory(run_dir), self.mpirun, self.python, self.is_root, self.workdir)
+
+    def describe(self) -> str:
+        return self.launch.describe() + "\n"
+
+
+class LocalSweepPlan(Plan):
+    """`jaxlaunch run --dry-run` of a sweep: its configurations and the sweep directory."""
+
+    def __init__(self, sweep, run_dir=None, max_parallel: int | None = None):
+        from ...sweeps.directory import SweepDirectory
+
+        super().__init__(sweep, SweepDirectory.preview(sweep, run_dir).path, run_dir)
+        self.sweep, self.max_parallel = sweep, max_parallel
+
+    def describe(self) -> str:
+        return f"{self.sweep.describe()}\nsweep directory: {self.run_dir}\n"

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...errors import SchedulerError
+from ..base import Plan
 from . import scheduler
 from . import index as job_index
 from .submission import render_for_submission
@@ -58,6 +59,21 @@ def render_arrays(sweep: Sweep, directory: SweepDirectory, limit: int, max_paral
     plans = plan_arrays(sweep, folders, limit, Path.cwd())
     return [(plan, render_array_script(plan.spec, directory.path, plan.folders, Path.cwd(), max_parallel,
                                        first_index=plan.indices[0])) for plan in plans]
+
+
+class SweepPlan(Plan):
+    """`submit --dry-run` of a sweep: its configurations, then every job array's script, grouped
+    and split at the cluster's MaxArraySize (asked once, here) as `submit_sweep` does."""
+
+    def __init__(self, sweep: Sweep, run_dir=None, max_parallel: int | None = None):
+        directory = SweepDirectory.preview(sweep, run_dir)
+        super().__init__(sweep, directory.path, run_dir)
+        self.sweep, self.limit = sweep, max_array_size()
+        self.max_parallel = max_parallel or sweep.base.max_parallel
+        self.arrays = render_arrays(sweep, directory, self.limit, self.max_parallel)
+
+    def describe(self) -> str:
+        return self.sweep.describe() + "\n" + "".join(text for _, text in self.arrays)
 
 
 def submit_sweep(sweep: Sweep, directory: SweepDirectory, max_parallel: int | None, echo=print) -> list[str]:

@@ -1,27 +1,16 @@
-"""A sweep's progress: every task's state (Slurm's while it knows the task, then the task's own
-status.json), the count per state, and `--wait` for the whole sweep. Local and Slurm sweeps alike."""
+"""A Slurm sweep's progress: every task's state (Slurm's while it knows the task, then the task's
+own status.json). The counts, the summary line and `--wait` are every backend's
+(launcher/sweeps/tasks.py, Backend.wait_for_sweep)."""
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass
-
 from ...errors import SchedulerError
-from ...rundir import RunDirectory
 from . import scheduler
-from ...states import JobState, StatusRecord
+from ...states import JobState
 from ...sweeps.directory import SweepDirectory
+from ...sweeps.tasks import TaskState, all_finished, count_states, elapsed, summary_line
 
-
-@dataclass(frozen=True)
-class TaskState:
-    index: int
-    folder: str
-    job_id: str
-    state: str
-    elapsed: str
-    values: dict
-    run: RunDirectory
+__all__ = ["task_states", "TaskState", "all_finished", "count_states", "summary_line"]
 
 
 def _squeue_states(array_ids: list[str]) -> dict[str, tuple[str, str]]:
@@ -41,13 +30,6 @@ def _squeue_states(array_ids: list[str]) -> dict[str, tuple[str, str]]:
         if len(fields) == 3:
             states[fields[0]] = (fields[1], fields[2])
     return states
-
-
-def _elapsed(status: StatusRecord) -> str:
-    if status.started and status.ended:
-        seconds = int(status.ended - status.started)
-        return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
-    return ""
 
 
 def task_states(directory: SweepDirectory) -> list[TaskState]:
@@ -70,43 +52,13 @@ def task_states(directory: SweepDirectory) -> list[TaskState]:
             state, finished = scheduler.translate_state(live[job_id][0])
             if finished and own.final:
                 state = own.value
-            elapsed = live[job_id][1]
+            shown = live[job_id][1]
         elif job_id in purged:
             info = forgotten.get(job_id)
-            state, elapsed = (info.state, info.elapsed) if info else (f"{own} (no longer known to Slurm)", "")
+            state, shown = (info.state, info.elapsed) if info else (f"{own} (no longer known to Slurm)", "")
         else:
-            state, elapsed = own.value, _elapsed(status)
-        states.append(TaskState(task["index"], task["folder"], job_id, state, elapsed, task["values"], run))
+            state, shown = own.value, elapsed(status)
+        finished = (scheduler.translate_state(state.split()[0])[1] or JobState.parse(state).final
+                    or "no longer known" in state)
+        states.append(TaskState(task["index"], task["folder"], job_id, state, shown, task["values"], run, finished))
     return states
-
-
-def count_states(states: list[TaskState]) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for task in states:
-        counts[task.state] = counts.get(task.state, 0) + 1
-    return counts
-
-
-def summary_line(directory: SweepDirectory, states: list[TaskState]) -> str:
-    counts = ", ".join(f"{n} {state}" for state, n in sorted(count_states(states).items()))
-    arrays = ", ".join(entry["job_id"] for entry in directory.read().get("arrays", []))
-    return f"sweep {directory.path} ({len(states)} tasks{'; arrays ' + arrays if arrays else ''}): {counts}"
-
-
-def all_finished(states: list[TaskState]) -> bool:
-    return all(scheduler.translate_state(task.state.split()[0])[1] or JobState.parse(task.state).final
-               or "no longer known" in task.state for task in states)
-
-
-def wait_for_sweep(directory: SweepDirectory, echo, poll_seconds: float = 2.0) -> list[TaskState]:
-    """Follow every task to its end, echoing the counts whenever they change."""
-    last = None
-    while True:
-        states = task_states(directory)
-        line = summary_line(directory, states)
-        if line != last:
-            echo(line)
-            last = line
-        if all_finished(states):
-            return states
-        time.sleep(poll_seconds)

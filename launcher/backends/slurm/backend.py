@@ -15,6 +15,7 @@ from pathlib import Path
 from ...errors import SchedulerError, UnknownJobError, UsageError
 from ...rundir import RunDirectory
 from . import index, scheduler
+from .index import sweep_dir_of
 from .submission import submit_job
 from ...spec import JobSpec
 from ...states import CANCEL_EVENT, JobState
@@ -79,6 +80,11 @@ class SlurmWatcher:
                 self._refresh()
             return self._infos.get(job_id)
 
+    def last_known(self, job_id: str) -> scheduler.JobInfo | None:
+        """What the last refresh said of `job_id` (None if never asked, or unknown); no I/O."""
+        with self._lock:
+            return self._infos.get(job_id)
+
     def forget(self, job_id: str) -> None:
         with self._lock:
             self._infos.pop(job_id, None)
@@ -101,7 +107,6 @@ class SlurmJob(Job):
         super().__init__(job_id, run)
         self.watcher = watcher or WATCHER
         self.watcher.follow(job_id)
-        self.warnings: list[str] = []  # what submit's cluster check could not confirm
 
     def info(self, max_age: float | None = None) -> scheduler.JobInfo | None:
         """Slurm's view (state, elapsed, nodes, pending reason); None once Slurm forgot the job."""
@@ -121,6 +126,22 @@ class SlurmJob(Job):
             self.run.update_status(state=state, slurm_state=info.slurm_state, exit_code=info.exit_code or None,
                                    ended=time.time())
         return state
+
+    def exists(self) -> bool:
+        """Known to the index (a run directory), else to Slurm (one batched query)."""
+        return self.run is not None or self.info() is not None
+
+    def describe_state(self, state: JobState) -> str:
+        """With squeue's reason while the job waits ('PENDING (Resources)'), when Slurm's last
+        answer is that state."""
+        info = self.watcher.last_known(self.id)
+        return info.describe_state() if info is not None and JobState.parse(info.state) == state else str(state)
+
+    def no_log_yet(self, rank: int | None = None) -> str | None:
+        path = self.log_path(rank)
+        if path.exists():
+            return None
+        return f"no log yet at {path}" + ("" if rank is None else f" (does rank {rank} exist?)")
 
     def unknown_message(self) -> str:
         where = f" (run directory: {self.run_dir})" if self.run is not None else ""
@@ -204,6 +225,10 @@ class SlurmJob(Job):
             return []
         return [run for task, run in sweep.task_runs() if task.get("job_id", "").startswith(f"{self.id}_")]
 
+    def status_notes(self) -> list[str]:
+        line = self.requeue_line()
+        return [line] if line else []
+
     def requeue_line(self) -> str | None:
         """'requeued 2 times: 1 preemption, 1 time limit' for a job that requeued itself, else None."""
         status = self.status()
@@ -221,34 +246,41 @@ def _count(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
 
-def sweep_dir_of(job_id: str):
-    """The sweep directory of an array id that jaxlaunch submitted, else None."""
-    from ...sweeps.directory import SweepDirectory
-
-    entry = index.lookup(job_id)
-    return SweepDirectory(entry["sweep_dir"]) if entry and "sweep_dir" in entry else None
-
-
 class SlurmBackend(Backend):
     name = "slurm"
+    id_name = "a Slurm job id"
+    id_example = "a number, e.g. 12345, or 123_4 for an array task"
 
     def __init__(self, watcher: SlurmWatcher | None = None):
         self.watcher = watcher or WATCHER
 
-    def start(self, spec: JobSpec, run_dir=None, files: dict[str, bytes] | None = None, check: bool = True,
-              **options) -> SlurmJob:
-        """Submit `spec` (the cluster check first, unless check=False); returns the handle."""
-        from .submission import render_for_submission
+    def claims(self, ref: str) -> bool:
+        """A Slurm job id (123) or array task id (123_4)."""
+        head, sep, task = str(ref).partition("_")
+        return head.isdigit() and (task.isdigit() or not sep)
 
-        render_for_submission(spec, RunDirectory.preview(spec, run_dir).path)  # fails before any folder exists
+    def plan(self, spec_or_sweep, run_dir=None, max_parallel: int | None = None):
+        """The batch script, rendered and checked by bash (a sweep: its configurations and every job
+        array's script, at the cluster's MaxArraySize)."""
+        if isinstance(spec_or_sweep, JobSpec):
+            from .submission import BatchPlan
+
+            return BatchPlan(spec_or_sweep, RunDirectory.preview(spec_or_sweep, run_dir).path, run_dir)
+        from .array import SweepPlan
+
+        return SweepPlan(spec_or_sweep, run_dir, max_parallel)
+
+    def start_plan(self, plan, files: dict[str, bytes] | None = None, check: bool = True, **options) -> SlurmJob:
+        """Submit the plan's script (the cluster check first, unless check=False); returns the handle."""
+        spec = plan.spec
         warnings = []
         if check:
             from .fit import refuse_if_it_cannot_fit
 
             warnings = refuse_if_it_cannot_fit([spec])
-        run = RunDirectory.create(spec, run_dir)
+        run = RunDirectory.create(spec, plan.requested)
         run.write_files(files)
-        job = SlurmJob(submit_job(spec, run), run, self.watcher)
+        job = SlurmJob(submit_job(spec, run, plan), run, self.watcher)
         job.warnings = warnings
         return job
 
@@ -283,20 +315,6 @@ class SlurmBackend(Backend):
             run.write_files(task_files)
         submit_sweep(sweep, directory, max_parallel, echo=lambda message: None)
         return [SlurmJob(task["job_id"], run, self.watcher) for task, run in directory.task_runs()]
-
-    def preview(self, spec_or_sweep, run_dir=None, max_parallel: int | None = None) -> str:
-        """The batch script (a sweep: its configurations and every job array's script)."""
-        from .submission import render_for_submission
-
-        if isinstance(spec_or_sweep, JobSpec):
-            return render_for_submission(spec_or_sweep, RunDirectory.preview(spec_or_sweep, run_dir).path)
-        from .array import max_array_size, render_arrays
-        from ...sweeps.directory import SweepDirectory
-
-        sweep = spec_or_sweep
-        arrays = render_arrays(sweep, SweepDirectory.preview(sweep, run_dir), max_array_size(),
-                               max_parallel or sweep.base.max_parallel)
-        return sweep.describe() + "\n" + "".join(text for _, text in arrays)
 
     def find(self, job_id, run: RunDirectory | None = None, whole_array: bool = False) -> SlurmJob:
         """A handle on job `job_id` (an array task: 123_4). An array's own id names a sweep: a
@@ -352,9 +370,76 @@ class SlurmBackend(Backend):
                     found[record["JobId"]] = run
         return found
 
+    def find_to_cancel(self, ref: str) -> SlurmJob:
+        """An array's own id gives a handle on every task of it."""
+        return self.find(ref, whole_array=True)
+
     def states(self, jobs: list[Job]) -> dict[str, JobState]:
         self.watcher.refresh([job.id for job in jobs])
         return {job.id: job.state() for job in jobs}
 
-    def known_job_ids(self) -> list[str]:
-        return index.known_job_ids()
+    # --- jaxlaunch status: status.py ------------------------------------------------------
+
+    def listed(self):
+        """The newest jobs and sweeps in jaxlaunch's index (a sweep whose folder is gone is left out)."""
+        from .status import listed_ids, split_sweeps
+
+        sweeps, ids = split_sweeps(listed_ids(), skip_missing=True)
+        return sweeps, self.find_many(ids)
+
+    def resolve(self, refs: list[str]):
+        from .status import split_sweeps
+
+        sweeps, ids = split_sweeps(refs)
+        return sweeps, self.find_many(ids)
+
+    def status_rows(self, jobs):
+        from .status import job_rows
+
+        return job_rows(self, jobs)
+
+    def sweep_states(self, directory):
+        from .array_status import task_states
+
+        return task_states(directory)
+
+    def not_asked_line(self, error: Exception) -> str:
+        if not isinstance(error, SchedulerError):
+            return super().not_asked_line(error)
+        from .status import listed_ids, not_asked_line, split_sweeps
+
+        sweeps, ids = split_sweeps(listed_ids(), skip_missing=True)
+        return not_asked_line([*(str(d.path) for d in sweeps), *ids], error)
+
+    def unknown_ids_message(self, ids: list[str]) -> str:
+        from .status import unknown_ids_message
+
+        return unknown_ids_message(ids)
+
+    # --- jaxlaunch explain and doctor: explain.py, fit.py, doctor.py -----------------------------
+
+    def placement(self, spec):
+        from .explain import placement
+
+        return placement(spec)
+
+    def check_fit(self, spec):
+        """Partitions, nodes, CPUs, GPUs, memory and time limit, from two scontrol calls."""
+        from .fit import check_against_cluster
+
+        return check_against_cluster(spec)
+
+    def fit_verdict(self, problems, warnings):
+        from .explain import fit_verdict
+
+        return fit_verdict(problems, warnings)
+
+    def container_command(self, spec, run_dir, workdir) -> str:
+        from .explain import container_command
+
+        return container_command(spec, Path(run_dir), Path(workdir))
+
+    def start_doctor_checks(self, env):
+        from .doctor import start_checks
+
+        return start_checks(env)

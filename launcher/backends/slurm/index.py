@@ -39,3 +39,11 @@ def known_job_ids() -> list[str]:
     """Jobs jaxlaunch submitted from this account, newest first (an array stands for its tasks)."""
     entries = sorted(jobs_index().glob("*.json"), key=lambda p: p.stat().st_mtime, reverse=True)
     return [p.stem for p in entries if "_" not in p.stem]
+
+
+def sweep_dir_of(job_id: str):
+    """The sweep directory of an array id that jaxlaunch submitted, else None."""
+    from ...sweeps.directory import SweepDirectory
+
+    entry = lookup(job_id)
+    return SweepDirectory(entry["sweep_dir"]) if entry and "sweep_dir" in entry else None

@@ -1,5 +1,6 @@
-"""Submitting one job: render its batch script into the run directory, check it, sbatch it, and
-record the id. Used by the Slurm backend and, per task, by sweeps."""
+"""Submitting one job: its plan (the batch script, rendered and checked before anything exists),
+then the script written into the run directory, sbatch, and the id recorded. Used by the Slurm
+backend and, per task, by sweeps."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import time
 from pathlib import Path
 
 from ...errors import SchedulerError, SpecError
+from ..base import Plan
 from ..mpirun import find_mpirun
 from ...rundir import RunDirectory
 from ...spec import JobSpec
@@ -18,14 +20,37 @@ from . import index, scheduler
 from .render import SCRIPT_NAME, render_batch_script
 
 
+class BatchPlan(Plan):
+    """A job's batch script, for this machine's Python, working directory and mpirun (when the
+    spec launches with it: a login node without mpirun can still submit an srun job), rendered
+    for `run_dir` and checked by bash. `describe()` is the script; `script_for` renders the same
+    plan for another run directory (checked again), for a run that could not have the one shown."""
+
+    def __init__(self, spec: JobSpec, run_dir: Path, requested=None):
+        super().__init__(spec, run_dir, requested)
+        self.spec = spec
+        self.workdir, self.python, self.is_root = Path.cwd(), sys.executable, os.geteuid() == 0
+        self.mpirun = find_mpirun() if spec.slurm.launch == "mpirun" else None
+        self.script = self._render(self.run_dir)
+
+    def _render(self, run_dir: Path) -> str:
+        text = render_batch_script(self.spec, run_dir=run_dir, workdir=self.workdir, python=self.python,
+                                   mpirun=self.mpirun, is_root=self.is_root)
+        check_bash_syntax(self.spec, text)
+        return text
+
+    def describe(self) -> str:
+        return self.script
+
+    def script_for(self, run_dir: Path) -> str:
+        """The script for the run directory the job got: the one shown, when that is the one."""
+        return self.script if Path(run_dir) == self.run_dir else self._render(Path(run_dir))
+
+
 def render_for_submission(spec: JobSpec, run_dir: Path) -> str:
     """The batch script for this machine's Python (and mpirun, when the spec launches with it: a
     login node without mpirun can still submit an srun job). Refuses a script bash cannot parse."""
-    mpirun = find_mpirun() if spec.slurm.launch == "mpirun" else None
-    text = render_batch_script(spec, run_dir=run_dir, workdir=Path.cwd(), python=sys.executable,
-                               mpirun=mpirun, is_root=os.geteuid() == 0)
-    check_bash_syntax(spec, text)
-    return text
+    return BatchPlan(spec, run_dir).describe()
 
 
 def _bash_syntax_error(text: str, warnings: bool = False) -> str | None:
@@ -61,14 +86,15 @@ def check_bash_syntax(spec: JobSpec, text: str) -> None:
     raise SpecError(f"the rendered batch script does not parse (bash -n): {error}; nothing was submitted")
 
 
-def submit_job(spec: JobSpec, run: RunDirectory) -> str:
-    """Write the script into the run directory and sbatch it; returns the job id.
+def submit_job(spec: JobSpec, run: RunDirectory, plan: BatchPlan | None = None) -> str:
+    """Write the script (`plan`'s, made for this run directory when not given) into the run
+    directory and sbatch it; returns the job id.
 
     If sbatch refuses the job, status.json says SUBMIT_FAILED with sbatch's message, and the
     error propagates: no run directory is left looking like a job that ran.
     """
     script = run.path / SCRIPT_NAME
-    script.write_text(render_for_submission(spec, run.path))
+    script.write_text((plan or BatchPlan(spec, run.path)).script_for(run.path))
     script.chmod(0o755)
     try:
         job_id = scheduler.submit(str(script))
