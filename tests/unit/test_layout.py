@@ -1,6 +1,7 @@
-"""The package's shape: imports flow one way (no cycles, counting the imports inside functions
-too, since those only hide a cycle), every package says in its docstring what lives in it, and JAX's
-internals stay in the two modules that need them."""
+"""The package's shape: imports flow one way, between modules and between packages (no cycles,
+counting the imports inside functions too, since those only hide a cycle); nothing outside a
+backend's package reaches into it; every package says in its docstring what lives in it; and
+JAX's internals stay in the two modules that need them."""
 
 import ast
 import re
@@ -80,6 +81,80 @@ def test_the_checker_finds_a_cycle():
 def test_launcher_has_no_import_cycles():
     cycle = find_cycle(import_graph())
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def packages() -> set[str]:
+    return {module_name(init) for init in PACKAGE.rglob("__init__.py")}
+
+
+def package_of(module: str, known_packages: set[str]) -> str:
+    """The unit a module counts as for the package-level rule: a backend's own package
+    (launcher.backends.slurm), else its first-level package (launcher.rank, launcher.supervisor),
+    else the top-level module itself (launcher.cli)."""
+    parts = module.split(".")
+    for depth in (3, 2):
+        head = ".".join(parts[:depth])
+        if len(parts) >= depth and head in known_packages and (depth == 2 or parts[1] == "backends"):
+            return head
+    return module
+
+
+def package_graph(graph: dict[str, set[str]], known_packages: set[str]) -> dict[str, set[str]]:
+    found: dict[str, set[str]] = {}
+    for module, targets in graph.items():
+        unit = package_of(module, known_packages)
+        found.setdefault(unit, set()).update(package_of(t, known_packages) for t in targets)
+        found[unit].discard(unit)
+    for targets in list(found.values()):
+        for target in targets:
+            found.setdefault(target, set())
+    return found
+
+
+def backend_packages(known_packages: set[str]) -> list[str]:
+    return sorted(p for p in known_packages if p.startswith("launcher.backends.") and p.count(".") == 2)
+
+
+def reaches_into_a_backend(graph: dict[str, set[str]], known_packages: set[str]) -> list[str]:
+    """`importer -> module` for every import of a module inside a backend's package from outside
+    it: outside code uses only the package's own exports (its __init__)."""
+    found = []
+    for backend in backend_packages(known_packages):
+        for module, targets in sorted(graph.items()):
+            if module == backend or module.startswith(backend + "."):
+                continue
+            found += [f"{module} -> {t}" for t in sorted(targets) if t.startswith(backend + ".")]
+    return found
+
+
+def test_the_package_checker_finds_a_cycle_that_modules_hide():
+    """a.x imports b.y and b.z imports a.w: no module cycle, but the packages a and b need each other."""
+    graph = {"launcher.a.x": {"launcher.b.y"}, "launcher.a.w": set(), "launcher.b.y": set(),
+             "launcher.b.z": {"launcher.a.w"}}
+    known = {"launcher", "launcher.a", "launcher.b"}
+    assert find_cycle(graph) is None
+    assert find_cycle(package_graph(graph, known)) == ["launcher.a", "launcher.b", "launcher.a"]
+
+
+def test_launcher_has_no_package_cycles():
+    cycle = find_cycle(package_graph(import_graph(), packages()))
+    assert cycle is None, "package import cycle: " + " -> ".join(cycle)
+
+
+def test_the_backend_checker_finds_an_outside_import_of_an_internal():
+    graph = {"launcher.cli": {"launcher.backends.slurm", "launcher.backends.slurm.scheduler"},
+             "launcher.backends.slurm": {"launcher.backends.slurm.scheduler"},
+             "launcher.backends.slurm.scheduler": set(), "launcher.backends.base": set()}
+    known = {"launcher", "launcher.backends", "launcher.backends.slurm"}
+    assert reaches_into_a_backend(graph, known) == ["launcher.cli -> launcher.backends.slurm.scheduler"]
+
+
+def test_nothing_outside_a_backend_reaches_into_it():
+    """Each backend is one package (launcher/backends/slurm/, launcher/backends/local/): code
+    outside it imports only what its __init__ exports, so a backend can change inside freely."""
+    assert backend_packages(packages()) == ["launcher.backends.local", "launcher.backends.slurm"]
+    found = reaches_into_a_backend(import_graph(), packages())
+    assert not found, "imports of a backend's internals from outside it:\n  " + "\n  ".join(found)
 
 
 def test_every_package_says_what_lives_in_it():
