@@ -218,6 +218,7 @@ class Plan(ABC):
     is what `jaxlaunch render` and `--dry-run` print, and `Backend.start_plan` starts this same
     object (torchx's `schedule(dryrun(...))`), so what is shown and what starts cannot disagree.
     Made by `Backend.plan`, which checks first what it can (a plan is of something that can start).
+    A sweep's plan shows what `Backend.start_sweep` does, which builds it from the same functions.
 
     `subject` is the JobSpec or the Sweep; `run_dir` the run (or sweep) directory it shows, named
     as of now; `requested` what the caller asked for (a path, or None for the spec's run_dir or
@@ -312,10 +313,10 @@ class Backend(ABC):
 
     @abstractmethod
     def start_sweep(self, sweep, run_dir=None, max_parallel: int | None = None, echo=print):
-        """Start every configuration of `sweep` in a new sweep directory, `max_parallel` at a
-        time, echoing progress; returns (the SweepDirectory, the backend's answer): local runs
-        them all here and answers with the exit code (0: all completed); Slurm submits and
-        answers with the job array ids."""
+        """Start every configuration of `sweep` in a new sweep directory (`run_dir`), `max_parallel`
+        at a time, echoing progress; returns (the SweepDirectory, the backend's answer): local runs
+        them all here and answers with the exit code (0: all completed); Slurm submits (after the
+        cluster check, unless check=False) and answers with the job array ids."""
 
     def wait_for_sweep(self, directory, echo, poll_seconds: float = 2.0) -> list:
         """Follow every task of the sweep in `directory` (a SweepDirectory) to its end, echoing the

@@ -209,8 +209,9 @@ class LocalBackend(Backend):
 
     def start_plan(self, plan, files: dict[str, bytes] | None = None, **options) -> LocalJob:
         """Start the plan's spec in a background process (`python -m launcher.backends.local.background
-        RUN_DIR`), which runs the same plan (`run_attached`)."""
-        spec = plan.spec
+        RUN_DIR`), which makes the same plan again from RUN_DIR's spec.json and runs it
+        (`run_attached`: the same mpirun, Python and working directory, inherited)."""
+        spec = plan.subject
         launch.check_local(spec)  # fails with a clear message before a run directory exists
         run = RunDirectory.create(spec, plan.requested)
         run.write_files(files)

@@ -272,7 +272,7 @@ class SlurmBackend(Backend):
 
     def start_plan(self, plan, files: dict[str, bytes] | None = None, check: bool = True, **options) -> SlurmJob:
         """Submit the plan's script (the cluster check first, unless check=False); returns the handle."""
-        spec = plan.spec
+        spec = plan.subject
         warnings = []
         if check:
             from .fit import refuse_if_it_cannot_fit
