@@ -50,6 +50,12 @@ class Allocation:
         """How many times the scheduler has started this job again, as it says it (None: it does not)."""
         return None
 
+    def task_reports(self, text: str) -> list[tuple[int, int, dict]]:
+        """The tasks this scheduler's launcher says ended badly, read from its output `text`, as
+        (rank, position, fields) in the order it said so (srun names every such task); mpirun's
+        own messages are read by root_cause.py for every allocation."""
+        return []
+
     def cancelled_outside(self) -> bool:
         """The scheduler is ending the job because somebody cancelled it there (not through
         `jaxlaunch cancel`, which writes an event the supervisor reads itself)."""

@@ -28,12 +28,11 @@ _SOCKET_CLOSED = re.compile(r"An error occurred in Socket closed")
 UNKNOWN_PEER_HOST = "?"
 _PRTE_EXIT_CODE = re.compile(r"Process name: \[[^\]]*?,(\d+)\] Exit code: (\d+)")
 _MPI_ABORT = re.compile(r"MPI_ABORT was invoked on rank (\d+)")
-_SRUN_TASK = re.compile(r"srun: error: (\S+): tasks? ([\d,\-]+): (.+?)(?: \(core dumped\))?$")
 MPI_ERR_UNKNOWN_EXIT = 14  # Open MPI's exit code for a rank its MPI library aborted (MPI_ERR_UNKNOWN)
 LOG_TAIL_LINES = 5  # of the failing rank's log, in `status`, `logs` and `--wait`
 _FATAL_PYTHON = re.compile(r"^Fatal Python error: (.+)$", re.MULTILINE)
 
-_SIGNAL_BY_DESCRIPTION = {"Killed": signals.SIGKILL, "Segmentation fault": signals.SIGSEGV,
+SIGNAL_BY_DESCRIPTION = {"Killed": signals.SIGKILL, "Segmentation fault": signals.SIGSEGV,
                           "Floating-point exception": signals.SIGFPE,
                           "Aborted": signals.SIGABRT, "Bus error": signals.SIGBUS,
                           "Floating point exception": signals.SIGFPE, "Terminated": signals.SIGTERM,
@@ -51,19 +50,11 @@ def signal_name(number: int) -> str:
         return f"signal {number}"
 
 
-def _ranks(text: str) -> list[int]:
-    """'1', '0-2' or '1,3' (srun's task lists)."""
-    ranks = []
-    for part in text.split(","):
-        first, _, last = part.partition("-")
-        ranks += list(range(int(first), int(last or first) + 1))
-    return ranks
-
-
-def parse_launcher_messages(text: str) -> tuple[list[dict], bool]:
-    """(records, reports_every_task): every rank mpirun or srun reports as failed, in the order
-    they reported them. mpirun names only the rank that brought the job down; srun names every
-    task that ended with a non-zero code or a signal, the first one first (reports_every_task)."""
+def parse_launcher_messages(text: str, task_reports=None) -> tuple[list[dict], bool]:
+    """(records, reports_every_task): every rank the launcher reports as failed, in the order it
+    reported them. mpirun names only the rank that brought the job down. A launcher that names
+    every task that ended badly (srun) is read by the allocation's `task_reports(text)`: a list of
+    (rank, position, fields), the first one first; reports_every_task says it reported any."""
     flat = " ".join(text.split())
     found: dict[int, dict] = {}
 
@@ -95,23 +86,10 @@ def parse_launcher_messages(text: str) -> tuple[list[dict], bool]:
         else:
             why, peer = "", None
         add(int(m.group(1)), m.start(), host=m.group(2), error="called MPI_Abort" + why, lost_peer_host=peer)
-    srun = False
-    for position, line in enumerate(text.splitlines()):
-        m = _SRUN_TASK.search(line.strip())
-        if not m:
-            continue
-        srun = True
-        host, what = m.group(1), m.group(3).strip()
-        code = re.fullmatch(r"Exited with exit code (\d+)", what)
-        for rank in _ranks(m.group(2)):
-            if code:
-                add(rank, position, host=host, exit_code=int(code.group(1)), error=f"exited with code {code.group(1)}")
-            elif what in _SIGNAL_BY_DESCRIPTION:
-                name = _SIGNAL_BY_DESCRIPTION[what].name
-                add(rank, position, host=host, signal=name, error=f"killed by {name}")
-            else:
-                add(rank, position, host=host, error=what)
-    return sorted(found.values(), key=lambda r: r.pop("position")), srun
+    every_task = task_reports(text) if task_reports is not None else []
+    for rank, position, fields in every_task:
+        add(rank, position, **fields)
+    return sorted(found.values(), key=lambda r: r.pop("position")), bool(every_task)
 
 
 def crash_report(log_text: str) -> tuple[str, str] | None:
@@ -203,7 +181,7 @@ def build_failure(*, state: str, reason: str, num_processes: int, rank_errors: l
                 record["traceback"] = crash[1]
                 if record.get("signal") is None:
                     described = crash[0].removeprefix("Fatal Python error: ")
-                    record["signal"] = getattr(_SIGNAL_BY_DESCRIPTION.get(described), "name", None)
+                    record["signal"] = getattr(SIGNAL_BY_DESCRIPTION.get(described), "name", None)
         record.setdefault("traceback", None)
     ordered = sorted(failed.values(), key=lambda r: (r.get("time") or float("inf"), r["rank"]))
     first = ordered[0] if ordered else None

@@ -284,7 +284,8 @@ class Supervisor:
             if rank_reported_dead is None and len(launcher_lines) != seen_lines:
                 seen_lines = len(launcher_lines)
                 text = "\n".join(launcher_lines)
-                if root_cause.parse_launcher_messages(text)[0] or MPI_INIT_FAILED.search(text):
+                if (root_cause.parse_launcher_messages(text, self.allocation.task_reports)[0]
+                        or MPI_INIT_FAILED.search(text)):
                     rank_reported_dead = time.monotonic()
             if rank_reported_dead is not None and time.monotonic() - rank_reported_dead > LAUNCHER_EXIT_SECONDS:
                 self.echo(f"jaxlaunch: the launcher reported a rank dead but did not exit within "
@@ -405,7 +406,7 @@ class Supervisor:
     def _failure(self, state, stop_reason, detail, returncode, launcher_lines, first_seen, attempt) -> dict:
         # After a stop of our own, what the launcher says about ranks is our teardown, not a cause.
         reports, every_task = ([], False) if stop_reason else root_cause.parse_launcher_messages(
-            "\n".join(launcher_lines))
+            "\n".join(launcher_lines), self.allocation.task_reports)
         rank_errors = self.run.rank_error_records()
         finished = {d["rank"] for d in self.channel.done()}
         started = {r["rank"]: r["host"] for r in self.channel.started()}

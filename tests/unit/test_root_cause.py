@@ -1,5 +1,6 @@
 """failure.json from what mpirun and srun really print (texts captured on the local cluster)."""
 
+from launcher.backends.slurm import srun
 from launcher.supervisor import root_cause
 
 PRTE_SIGNAL = """--------------------------------------------------------------------------
@@ -49,17 +50,18 @@ def test_prte_signal_exit_code_and_improper_exit():
 
 
 def test_srun_reports_in_order_and_the_first_is_the_cause():
-    reports, every = root_cause.parse_launcher_messages(SRUN_EXIT3)
+    reports, every = root_cause.parse_launcher_messages(SRUN_EXIT3, srun.task_reports)
     assert every and [(r["rank"], r["exit_code"], r["signal"]) for r in reports] == [(1, 3, None), (0, None, "SIGKILL")]
     failure = build(reports, every)
     assert failure["first_failure"]["rank"] == 1 and failure["torn_down_ranks"] == [0]
     assert failure["summary"] == "rank 1 on node2 failed first: exited with code 3"
-    reports, _ = root_cause.parse_launcher_messages(SRUN_SEGFAULT)
+    reports, _ = root_cause.parse_launcher_messages(SRUN_SEGFAULT, srun.task_reports)
     assert [r["rank"] for r in reports] == [1, 0, 2, 3] and reports[0]["signal"] == "SIGSEGV"
 
 
 def test_a_rank_that_vanished_under_srun_is_the_cause():
-    reports, every = root_cause.parse_launcher_messages("srun: error: node1: task 0: Exited with exit code 14")
+    reports, every = root_cause.parse_launcher_messages("srun: error: node1: task 0: Exited with exit code 14",
+                                                        srun.task_reports)
     failure = build(reports, every)
     assert failure["first_failure"]["rank"] == 1 and failure["first_failure"]["error"].startswith("vanished")
     assert failure["torn_down_ranks"] == [0]
@@ -106,7 +108,7 @@ srun: error: node2: task 1: Killed"""
 def test_srun_reports_the_mpi_abort_of_the_victim_before_the_killed_peer():
     """CI, Slurm, srun mode: rank 1 got SIGKILL; rank 0's MPI library aborted (exit code 14,
     MPI_ERR_UNKNOWN) and srun reported that first."""
-    reports, every = root_cause.parse_launcher_messages(SRUN_PEER_KILLED)
+    reports, every = root_cause.parse_launcher_messages(SRUN_PEER_KILLED, srun.task_reports)
     assert [r["rank"] for r in reports] == [0, 1] and every
     failure = build(reports, every)
     assert failure["first_failure"]["rank"] == 1 and failure["first_failure"]["signal"] == "SIGKILL"
@@ -114,7 +116,7 @@ def test_srun_reports_the_mpi_abort_of_the_victim_before_the_killed_peer():
 
 
 def test_own_record_wins_and_launcher_reports_after_it_are_teardown():
-    reports, every = root_cause.parse_launcher_messages(SRUN_EXIT3)
+    reports, every = root_cause.parse_launcher_messages(SRUN_EXIT3, srun.task_reports)
     own = {"rank": 1, "host": "node2", "time": 50.0, "exit_code": 3, "signal": None, "traceback": "Traceback...",
            "error": "SystemExit: sys.exit(3) called"}
     failure = build(reports, every, rank_errors=[own])

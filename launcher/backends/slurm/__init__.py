@@ -1,6 +1,6 @@
 """The Slurm backend: everything jaxlaunch knows about Slurm lives in this package. Code outside
 it uses only what this file exports (the `Backend` seam, launcher/backends/base.py);
-tests/test_layout.py checks that nothing imports the modules below from outside.
+tests/unit/test_layout.py checks that nothing imports the modules below from outside.
 
   backend.py       SlurmBackend and SlurmJob: sbatch a rendered script, follow and cancel the job
   scheduler.py     the one wrapper that runs every Slurm command, its parsers, the state table, and
@@ -17,6 +17,7 @@ tests/test_layout.py checks that nothing imports the modules below from outside.
   batch.py         `python -m launcher.backends.slurm.batch`: the supervisor a batch script runs
   requeue.py       a preempted or cancelled job: classify the notice, count requeues, requeue
   nodes.py         the allocation's nodes: lost nodes, the health check
+  srun.py          what srun says when tasks end badly (read for the root cause)
 """
 
 from .backend import SlurmBackend, SlurmJob

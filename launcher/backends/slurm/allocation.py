@@ -14,7 +14,7 @@ from ...rundir import atomic_write_json
 from ...states import JobState
 from ...supervisor import root_cause
 from ...supervisor.allocation import Allocation
-from . import nodes, requeue, scheduler
+from . import nodes, requeue, scheduler, srun
 
 
 class SlurmAllocation(Allocation):
@@ -89,6 +89,9 @@ class SlurmAllocation(Allocation):
 
     def restart_count(self) -> str | None:
         return os.environ.get(requeue.RESTART_COUNT_ENV)
+
+    def task_reports(self, text: str) -> list[tuple[int, int, dict]]:
+        return srun.task_reports(text)
 
     def cancelled_outside(self) -> bool:
         return requeue.cancelled_by_slurm(requeue.job_record(self.job_id))
