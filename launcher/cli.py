@@ -222,9 +222,9 @@ def _print_results_table(sweep_dir) -> None:
 
 
 def _job_or_sweep_or_run_dir(ctx, param, value):
-    from pathlib import Path
+    from .sweeps.directory import SweepDirectory
 
-    if (Path(value) / "sweep.json").is_file():
+    if SweepDirectory.holds_a_sweep(value):
         return value
     return _job_id_or_run_dir(ctx, param, value)
 
@@ -337,7 +337,9 @@ def goodput(job_id, plot_path):
 
     if plot_path and importlib.util.find_spec("matplotlib") is None:  # checked before the work, not after
         raise UsageError("--plot needs matplotlib: pip install -e '.[bench]'")
-    if (Path(job_id) / "sweep.json").is_file():
+    from .sweeps.directory import SweepDirectory
+
+    if SweepDirectory.holds_a_sweep(job_id):
         from .goodput import sweep_goodput
 
         result, name = sweep_goodput(job_id), Path(job_id).name
@@ -443,10 +445,12 @@ def results(sweep_dir, plot_metric, x_key, by_key, curve_metric, best_metric, ma
         raise click.UsageError("--plot and --curve need matplotlib: pip install -e '.[bench]'")
     table = collect(sweep_dir)
     click.echo(format_table(table))
-    folder = Path(sweep_dir)
-    write_csv(table, folder / "results.csv")
-    write_json(table, folder / "results.json")
-    click.echo(f"wrote {folder / 'results.csv'} and {folder / 'results.json'}", err=True)
+    from .sweeps.directory import SweepDirectory
+
+    folder, directory = Path(sweep_dir), SweepDirectory(sweep_dir)
+    write_csv(table, directory.results_csv)
+    write_json(table, directory.results_json)
+    click.echo(f"wrote {directory.results_csv} and {directory.results_json}", err=True)
     if plot_metric:
         path = plot(table, plot_metric, folder / f"{plot_metric}.png", x=x_key, by=by_key)
         click.echo(f"wrote {path}", err=True)

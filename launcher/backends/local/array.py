@@ -14,7 +14,6 @@ import time
 
 from ...sweeps.directory import SweepDirectory
 
-OUTPUT_LOG = "output.log"
 TASK_PROGRAM = ["-m", "launcher.backends.local.background"]
 POLL_SECONDS = 0.2
 # After Ctrl-C, how long the configurations' supervisors get to stop their ranks.
@@ -38,7 +37,7 @@ def run_sweep_locally(directory: SweepDirectory, max_parallel: int, echo=print) 
         while pending or running:
             while pending and len(running) < max_parallel:
                 task, run = pending.pop(0)
-                with open(run.path / OUTPUT_LOG, "ab") as output:
+                with open(run.output_log, "ab") as output:
                     process = subprocess.Popen([sys.executable, *TASK_PROGRAM, str(run.path)], stdout=output,
                                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
                 running[task["index"]] = (process, task, run, time.monotonic())
@@ -54,7 +53,7 @@ def run_sweep_locally(directory: SweepDirectory, max_parallel: int, echo=print) 
                 echo(f"jaxlaunch: [{sum(finished.values())}/{total}] {task['folder']} ({label}): {state} "
                      f"in {time.monotonic() - started:.1f} s")
                 if state != "COMPLETED":
-                    echo(f"  {status.reason or 'no reason recorded'}\n  output: {run.path / OUTPUT_LOG}")
+                    echo(f"  {status.reason or 'no reason recorded'}\n  output: {run.output_log}")
             time.sleep(POLL_SECONDS)
     except KeyboardInterrupt:
         interrupted = True

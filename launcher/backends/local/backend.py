@@ -22,11 +22,11 @@ from ...errors import JobStateError, UsageError
 from .. import mpirun
 from . import plan as launch
 from ...rundir import RunDirectory
+from ...rundir.names import STATUS_FILE
 from ...spec import JobSpec
 from ...states import JobState
 from ..base import Backend, Job, StatusRows
 
-OUTPUT_LOG = "output.log"  # a background run's combined output (what `jaxlaunch run` would print)
 RESUMABLE_STATES = (JobState.PREEMPTED, JobState.FAILED, JobState.CANCELLED, JobState.TIMEOUT)
 CANCEL_GRACE_SECONDS = 60  # the supervisor's own stop takes ANSWER_SECONDS + TERMINATE_SECONDS
 
@@ -133,10 +133,10 @@ class LocalJob(Job):
         if rank is not None:
             path = self.rank_log(rank)
             return path.read_text(errors="replace") if path.exists() else ""
-        output = self.run.path / OUTPUT_LOG
+        output = self.run.output_log
         if output.exists():
             return output.read_text(errors="replace")
-        ranks = sorted(int(p.stem.split("-")[1]) for p in self.run.logs.glob("rank-*.log"))
+        ranks = self.run.logged_ranks()
         parts = []
         for number in ranks:
             text = self.run.rank_log(number).read_text(errors="replace")
@@ -169,10 +169,10 @@ class LocalJob(Job):
         """(rank to prefix, or None; path) of the files `follow_logs` prints."""
         if rank is not None:
             return [(None, self.run.rank_log(rank))]
-        output = self.run.path / OUTPUT_LOG
+        output = self.run.output_log
         if output.exists():
             return [(None, output)]
-        ranks = sorted(int(p.stem.split("-")[1]) for p in self.run.logs.glob("rank-*.log"))
+        ranks = self.run.logged_ranks()
         return [(number, self.run.rank_log(number)) for number in ranks]
 
     def cancel(self) -> None:
@@ -215,7 +215,7 @@ class LocalBackend(Backend):
         launch.check_local(spec)  # fails with a clear message before a run directory exists
         run = RunDirectory.create(spec, plan.requested)
         run.write_files(files)
-        with open(run.path / OUTPUT_LOG, "ab") as output:
+        with open(run.output_log, "ab") as output:
             process = subprocess.Popen([sys.executable, "-m", "launcher.backends.local.background", str(run.path)],
                                        stdout=output, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         return LocalJob(run, process)
@@ -280,14 +280,13 @@ class LocalBackend(Backend):
         """Every configuration in a sweep directory, run by one background process
         (`python -m launcher.backends.local.array SWEEP_DIR N`) `max_parallel` at a time (default 1)."""
         from ...sweeps.directory import SweepDirectory
-        from .array import OUTPUT_LOG as SWEEP_OUTPUT
 
         mpirun.find_mpirun()
         directory = SweepDirectory.create(sweep, None, backend="local")
         runs = [run for _, run in directory.task_runs()]
         for run, task_files in zip(runs, files):
             run.write_files(task_files)
-        with open(directory.path / SWEEP_OUTPUT, "ab") as output:
+        with open(directory.output_log, "ab") as output:
             subprocess.Popen([sys.executable, "-m", "launcher.backends.local.array", str(directory.path), str(max_parallel or 1)],
                              stdout=output, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         return [LocalJob(run) for run in runs]
@@ -301,7 +300,7 @@ class LocalBackend(Backend):
 
     def recent(self, root: str | Path = "runs", limit: int = 10) -> list[LocalJob]:
         """The newest local runs under `root` (`jaxlaunch status` without ids)."""
-        folders = sorted((p.parent for p in Path(root).glob("*/status.json")), key=lambda p: p.stat().st_mtime,
+        folders = sorted((p.parent for p in Path(root).glob(f"*/{STATUS_FILE}")), key=lambda p: p.stat().st_mtime,
                          reverse=True)
         jobs = [LocalJob(RunDirectory(folder)) for folder in folders[:limit]]
         return [job for job in jobs if job.status().backend == "local"]
