@@ -55,7 +55,8 @@ def mounts(spec: JobSpec, run_dir: Path, workdir: Path) -> list[tuple[str, str]]
 
 def wrap_rank(spec: JobSpec, program: list[str], run_dir: Path, workdir: Path) -> list[str]:
     """`program` (the image's Python and its arguments) started inside the spec's container.
-    pyxis enters the image through srun's options instead (`srun_options`): `program` as it is."""
+    pyxis enters the image through srun's options instead (launcher/backends/slurm/render.py:
+    `pyxis_options`): `program` as it is."""
     container = spec.container
     binds = [f"--bind={source}:{target}" for source, target in mounts(spec, run_dir, workdir)]
     if container.runtime == "apptainer":
@@ -66,20 +67,6 @@ def wrap_rank(spec: JobSpec, program: list[str], run_dir: Path, workdir: Path) -
         # `ch-fromhost --nvidia IMAGE`.
         return ["ch-run", *binds, f"--cd={workdir}", *container.options, container.image, "--", *program]
     return program
-
-
-def srun_options(spec: JobSpec, run_dir: Path, workdir: Path, env_names: list[str]) -> list[str]:
-    """pyxis: the srun options that start every task in the image; none for the other runtimes.
-    --container-env: the launcher's and the spec's variables win over the image's own values
-    (pyxis otherwise keeps the image's). GPUs need no flag: enroot's NVIDIA hook gives them to
-    images that set NVIDIA_VISIBLE_DEVICES, as CUDA images do."""
-    container = spec.container
-    if container is None or container.runtime != "pyxis":
-        return []
-    binds = ",".join(f"{source}:{target}" for source, target in mounts(spec, run_dir, workdir))
-    return [f"--container-image={container.image}", f"--container-mounts={binds}",
-            f"--container-workdir={workdir}", *([f"--container-env={','.join(env_names)}"] if env_names else []),
-            *container.options]
 
 
 def rank_environment(spec: JobSpec) -> dict[str, str]:

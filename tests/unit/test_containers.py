@@ -177,8 +177,8 @@ def test_explain_for_slurm_shows_pyxis_srun_options(write_spec, tmp_path, monkey
 @pytest.mark.parametrize("runtime, launch", [("charliecloud", "mpirun"), ("apptainer", "srun"), ("pyxis", "srun")])
 def test_hostile_image_mount_and_option_values_reach_the_command_verbatim_and_run_nothing(tmp_path, runtime, launch):
     """The batch script run by bash, its supervisor swapped for a program that records its
-    arguments: the container part arrives as rank_command and srun_options make it."""
-    from launcher.container import srun_options
+    arguments: the container part arrives as rank_command and pyxis_options make it."""
+    from launcher.backends.slurm.render import pyxis_options
     from launcher.backends.slurm.render import batch_environment, render_batch_script
 
     hostile = "$(touch PWNED) `touch PWNED`; touch PWNED 'q' \"d\" ✓"
@@ -192,7 +192,7 @@ def test_hostile_image_mount_and_option_values_reach_the_command_verbatim_and_ru
     script = render_batch_script(spec, run_dir=run_dir, workdir=workdir, python=str(recorder), mpirun=str(recorder))
     subprocess.run(["bash", "-c", script], cwd=tmp_path, check=True, timeout=30)
     argv = json.loads((tmp_path / "argv").read_text())
-    expected = [*srun_options(spec, run_dir, workdir, list(batch_environment(spec, run_dir))),
+    expected = [*pyxis_options(spec, run_dir, workdir, list(batch_environment(spec, run_dir))),
                 *rank_command(spec, str(recorder), run_dir, workdir)]
     assert argv[-len(expected):] == expected
     assert sum(hostile in arg for arg in expected) == 3  # image, mount, option

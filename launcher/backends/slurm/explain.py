@@ -7,11 +7,10 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from ... import container
 from ...spec import JobSpec
 from ..base import Placement
 from ..mpirun import rank_command
-from .render import batch_environment
+from .render import batch_environment, pyxis_options
 
 
 def placement(spec: JobSpec) -> Placement:
@@ -29,7 +28,7 @@ def container_command(spec: JobSpec, run_dir: Path, workdir: Path) -> str:
     program = rank_command(spec, "python", run_dir, workdir)
     srun = []
     if spec.slurm.launch == "srun":
-        srun = container.srun_options(spec, run_dir, workdir, list(batch_environment(spec, run_dir)))
+        srun = pyxis_options(spec, run_dir, workdir, list(batch_environment(spec, run_dir)))
     return ("srun ... " if srun else "") + shlex.join([*srun, *program])
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import jinja2
 
 from ... import __version__, container
+from ...container import mounts as container_mounts
 from ...errors import UsageError
 from ..mpirun import RANK_ENV_DEFAULTS, mpirun_flags, rank_command
 from ...environment import ATTEMPT_ENV, CONTROL_ENV, CONTROL_TOKEN_ENV, OWNER_KEY_ENV, RUN_DIR_ENV
@@ -117,7 +118,7 @@ def launch_line(spec: JobSpec, run_dir: Path, workdir: Path, python: str, mpirun
     if spec.slurm.launch == "srun":
         argv = ["srun", f"--mpi={spec.slurm.srun_mpi}", "--kill-on-bad-exit=1", f"--nodes={spec.nodes}",
                 f"--ntasks-per-node={spec.processes_per_node}",
-                *container.srun_options(spec, Path(run_dir), Path(workdir), exported), *program]
+                *pyxis_options(spec, Path(run_dir), Path(workdir), exported), *program]
     else:
         if mpirun is None:
             raise ValueError("launch: mpirun needs the path of mpirun")
@@ -169,3 +170,17 @@ def render_array_script(spec: JobSpec, sweep_dir: Path, folders: list[str], work
         version=__version__, job_name=spec.name, directives=directives, sweep_dir=shlex.quote(str(sweep_dir)),
         tasks=" ".join(shlex.quote(folder) for folder in folders), count=len(folders), first_index=first_index,
         script=SCRIPT_NAME)
+
+
+def pyxis_options(spec: JobSpec, run_dir: Path, workdir: Path, env_names: list[str]) -> list[str]:
+    """pyxis: the srun options that start every task in the image; none for the other runtimes.
+    --container-env: the launcher's and the spec's variables win over the image's own values
+    (pyxis otherwise keeps the image's). GPUs need no flag: enroot's NVIDIA hook gives them to
+    images that set NVIDIA_VISIBLE_DEVICES, as CUDA images do."""
+    image = spec.container
+    if image is None or image.runtime != "pyxis":
+        return []
+    binds = ",".join(f"{source}:{target}" for source, target in container_mounts(spec, run_dir, workdir))
+    return [f"--container-image={image.image}", f"--container-mounts={binds}",
+            f"--container-workdir={workdir}", *([f"--container-env={','.join(env_names)}"] if env_names else []),
+            *image.options]
