@@ -9,6 +9,8 @@ script runs launcher/backends/slurm/batch.py).
 - `root_cause.py`: failure.json, the first failing rank and why, and the hang report.
 - `report.py`: what people see: the ranks' output passed through, the end-of-job lines, the result.
 - `processes.py`: a job's processes on this machine, found by the run directory in their environment.
+- `__main__.py`: `python -m launcher.supervisor`, the line of batch scripts rendered before the Slurm
+  backend had its own program (launcher/backends/slurm/batch.py), which it runs.
 
 The ranks' half (collective tracking, stack dumps, the watchdog thread) lives in
 launcher/rank/monitor.py; the two talk through the control channel: the protocol in

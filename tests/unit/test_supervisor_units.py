@@ -864,3 +864,19 @@ def test_a_second_node_exclusion_keeps_the_nodes_excluded_by_earlier_requeues(fa
     assert next(e for e in run.read_events() if e["event"] == "requeue")["exclude"] == ["node1", "node3"]
     assert len(updates) == 1 and updates[0][0] == "7"
     assert set(updates[0][1].split(",")) == {"node1", "node3", "node9"}, updates
+
+
+@pytest.mark.parametrize("program", ["launcher.backends.slurm.batch", "launcher.supervisor"])
+def test_the_batch_program_supervises_and_so_does_the_line_of_older_scripts(fake_launcher, tmp_path, program):
+    """A batch script runs `python -m launcher.backends.slurm.batch RUN_DIR -- LAUNCH...`; scripts
+    rendered before it existed run `python -m launcher.supervisor ...`, which Slurm keeps for a
+    queued or requeued job across an upgrade: both supervise the job to its end."""
+    import subprocess
+
+    spec, run = make_run(tmp_path)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    env.update({RUN_DIR_ENV: str(run.path), "FAKE_RANKS": str(spec.num_processes)})
+    done = subprocess.run([sys.executable, "-m", program, str(run.path), "--", sys.executable, str(fake_launcher),
+                           "complete"], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert status(run)["state"] == "COMPLETED" and "COMPLETED" in done.stderr
