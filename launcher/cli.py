@@ -450,7 +450,8 @@ def results(sweep_dir, plot_metric, x_key, by_key, curve_metric, best_metric, ma
     folder, directory = Path(sweep_dir), SweepDirectory(sweep_dir)
     write_csv(table, directory.results_csv)
     write_json(table, directory.results_json)
-    click.echo(f"wrote {directory.results_csv} and {directory.results_json}", err=True)
+    # the paths as the user named the sweep (SweepDirectory's are absolute)
+    click.echo(f"wrote {folder / directory.results_csv.name} and {folder / directory.results_json.name}", err=True)
     if plot_metric:
         path = plot(table, plot_metric, folder / f"{plot_metric}.png", x=x_key, by=by_key)
         click.echo(f"wrote {path}", err=True)
