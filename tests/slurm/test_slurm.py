@@ -191,7 +191,7 @@ def test_timeout_is_enforced_inside_the_batch_job_with_a_hang_report(slurm_env, 
 @pytest.mark.parametrize("launch, case", [("srun", "device"), ("mpirun", "host"), ("srun", "in_flight")])
 def test_the_watchdog_names_a_rank_that_never_reaches_the_first_collective_on_slurm(slurm_env, tmp_path, launch,
                                                                                   case):
-    """As locally (tests/test_supervision.py): rank 1, on node2, stalls before the job's first
+    """As locally (tests/e2e/test_supervision.py): rank 1, on node2, stalls before the job's first
     collective; rank 0's watchdog names it within collective_timeout, long before `timeout`."""
     run_dir = tmp_path / "run"
     result = jaxlaunch("submit", MISBEHAVE, "--wait", "--run-dir", run_dir, "--set", "nodes=2",

@@ -78,7 +78,7 @@ def test_help_lists_every_command():
 
 
 def test_every_command_has_the_help_text_the_generated_cli_reference_shows():
-    """docs/reference/cli.md is generated from these (mkdocs-click); tests/test_docs.py checks the page."""
+    """docs/reference/cli.md is generated from these (mkdocs-click); tests/unit/test_docs.py checks the page."""
     for name, command in main.commands.items():
         assert command.help and len(command.help.split()) >= 4, f"`jaxlaunch {name}` has no help text"
 

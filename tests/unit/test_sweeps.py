@@ -190,7 +190,7 @@ def test_array_script_golden(spec_file):
     golden = GOLDEN / "array.sbatch"
     if os.environ.get("JAXLAUNCH_UPDATE_GOLDEN") == "1":
         golden.write_text(text)
-    assert text == golden.read_text(), "regenerate: JAXLAUNCH_UPDATE_GOLDEN=1 python -m pytest tests/test_sweeps.py"
+    assert text == golden.read_text(), "regenerate: JAXLAUNCH_UPDATE_GOLDEN=1 python -m pytest tests/unit/test_sweeps.py"
 
 
 def test_array_task_i_runs_the_script_of_task_folder_i(spec_file, tmp_path):

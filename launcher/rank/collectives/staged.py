@@ -17,7 +17,7 @@ buffer, whatever their dtypes. A lone array skips the tree machinery altogether.
 Of the paths, only this module uses JAX internals (`jax._src`: the array type, jaxlib's batched put
 and its garbage collection), each import with a public fallback, so that a JAX release that moves
 them costs speed, not correctness (transport.py, the device path's MPI step, needs them too: see its
-doc). tests/test_layout.py keeps them here.
+doc). tests/unit/test_layout.py keeps them here.
 """
 
 from __future__ import annotations
