@@ -23,7 +23,7 @@ from launcher.rank import monitor, preemption
 from launcher.environment import RUN_DIR_ENV
 from launcher.spec import JobSpec
 from launcher.spec.model import SlurmSpec
-from launcher.backends.slurm import requeue
+from launcher.backends.slurm import nodes, requeue
 from launcher.backends.slurm.allocation import SlurmAllocation
 from launcher.supervisor import root_cause
 from launcher.supervisor.supervise import Outcome, Supervisor, describe_outcome, exit_code_for
@@ -844,7 +844,6 @@ def test_a_second_node_exclusion_keeps_the_nodes_excluded_by_earlier_requeues(fa
     """Issue 29: the job was requeued once without node1; now node3 fails the health check. The
     requeue must leave both behind (and keep node9, excluded at submission): status.json, the
     event and the one `scontrol update ExcNodeList=...`."""
-    from launcher.backends.slurm import nodes
 
     spec = JobSpec(name="units", entrypoint="job.py:main", processes_per_node=2,
                    slurm=SlurmSpec(max_requeues=3, health_check="true"))
@@ -864,6 +863,22 @@ def test_a_second_node_exclusion_keeps_the_nodes_excluded_by_earlier_requeues(fa
     assert next(e for e in run.read_events() if e["event"] == "requeue")["exclude"] == ["node1", "node3"]
     assert len(updates) == 1 and updates[0][0] == "7"
     assert set(updates[0][1].split(",")) == {"node1", "node3", "node9"}, updates
+
+
+def test_a_node_lost_under_a_failed_attempt_is_left_behind_through_the_allocation(fake_launcher, tmp_path,
+                                                                                 monkeypatch, slurm):
+    """The attempt failed and the allocation says a node went away under it: the supervisor does not
+    restart on a smaller allocation, but requeues without that node (SlurmAllocation.lost_nodes)."""
+    spec, run = make_run(tmp_path, max_restarts=2)
+    updates = []
+    monkeypatch.setattr(nodes, "allocated_nodes", lambda env=os.environ: ["node2", "node3"])
+    monkeypatch.setattr(nodes, "lost_nodes", lambda record, allocated: {"node3": "DOWN (Not responding)"})
+    monkeypatch.setattr(nodes, "exclude", lambda job_id, nodelist: updates.append((job_id, nodelist)))
+    outcome = supervisor(fake_launcher, spec, run, "fail", allocation=SlurmAllocation("7")).supervise()
+    assert outcome.state == "REQUEUED" and outcome.attempts == 1 and slurm.requeued == ["7"]
+    final = status(run)
+    assert final["excluded_nodes"] == ["node3"] and final["node_failures"] == 1
+    assert any(e["event"] == "nodes_left_behind" and e["cause"] == "node_failure" for e in run.read_events())
 
 
 @pytest.mark.parametrize("program", ["launcher.backends.slurm.batch", "launcher.supervisor"])
