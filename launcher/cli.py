@@ -37,20 +37,32 @@ def spec_options(command=None, *, required=True):
 
     @functools.wraps(command)
     @_user_errors
-    def print_or_run(*args, print_spec, **kwargs):
+    def print_or_run(*args, print_spec, nodes, processes_per_node, **kwargs):
+        # the short options are --set's shorthands, as torchrun's and srun's users type them
+        shorthands = [f"{key}={value}" for key, value in (("nodes", nodes), ("processes_per_node", processes_per_node))
+                      if value is not None]
+        kwargs["overrides"] = (*shorthands, *kwargs["overrides"])
+        kwargs["program_args"] = list(kwargs["program_args"])
         if print_spec and kwargs["spec"] is None:
             raise click.UsageError("--print-spec needs SPEC")
         if print_spec:
             from .spec import describe_spec, load_spec
             # a sweep's spec prints without its swept values (the section is listed by --dry-run)
-            click.echo(describe_spec(load_spec(kwargs["spec"], kwargs["overrides"], allow_sweep=True)))
+            click.echo(describe_spec(load_spec(kwargs["spec"], kwargs["overrides"], allow_sweep=True,
+                                               program_args=kwargs["program_args"])))
             return None
         return command(*args, **kwargs)
 
     print_or_run = click.option("--print-spec", is_flag=True,
                                 help="Print every resolved spec value with its type, and exit.")(print_or_run)
+    print_or_run = click.option("-n", "--processes-per-node", type=click.IntRange(min=1), default=None,
+                                help="MPI processes per node (--set processes_per_node=N).")(print_or_run)
+    print_or_run = click.option("-N", "--nodes", type=click.IntRange(min=1), default=None,
+                                help="Number of nodes (--set nodes=N).")(print_or_run)
     print_or_run = click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
                                 help="Override a spec key, dotted for nested keys (e.g. slurm.partition=gpu).")(print_or_run)
+    # After `--`, the arguments of a script or module entrypoint (appended to the spec's args).
+    print_or_run = click.argument("program_args", nargs=-1, type=click.UNPROCESSED, metavar="[-- ARG...]")(print_or_run)
     return click.argument("spec", type=click.Path(dir_okay=False), required=required)(print_or_run)
 
 
@@ -79,18 +91,19 @@ def main():
 @click.option("--resume", "resume_dir", type=click.Path(file_okay=False), metavar="RUN_DIR",
               help="Continue a preempted, failed or cancelled run in its own run directory (with its spec).")
 @_user_errors
-def run(spec, overrides, sweeps, max_parallel, run_dir, dry_run, resume_dir):
+def run(spec, overrides, program_args, sweeps, max_parallel, run_dir, dry_run, resume_dir):
     """Run SPEC on this machine: nodes x processes_per_node processes under mpirun.
-    With a sweep, every configuration, --max-parallel at a time."""
+    With a sweep, every configuration, --max-parallel at a time. SPEC may be a script
+    (`jaxlaunch run train.py -n 2 -- --lr 0.1`): it runs with every other key at its default."""
     from .backends import get_backend
 
     local = get_backend("local")
     if resume_dir is not None:
-        if spec is not None or overrides or sweeps or run_dir is not None or dry_run:
+        if spec is not None or overrides or program_args or sweeps or run_dir is not None or dry_run:
             raise click.UsageError("--resume RUN_DIR runs the spec saved in RUN_DIR: give no SPEC, --set, "
                                    "--sweep, --run-dir or --dry-run with it")
         sys.exit(local.resume(resume_dir, echo=_progress, print_result=click.echo).exit_code())
-    job = _job_or_sweep(spec, overrides, sweeps, max_parallel)
+    job = _job_or_sweep(spec, overrides, sweeps, max_parallel, program_args)
     if dry_run:
         click.echo(local.plan(job, run_dir).describe(), nl=False, color=True)
     elif _is_sweep(job):
@@ -106,13 +119,13 @@ def _progress(message: str) -> None:
     click.echo(message, err=True)
 
 
-def _job_or_sweep(spec, overrides, sweeps, max_parallel):
-    """The JobSpec, or the Sweep, that SPEC with --set and --sweep describes."""
+def _job_or_sweep(spec, overrides, sweeps, max_parallel, program_args=()):
+    """The JobSpec, or the Sweep, that SPEC with --set, --sweep and `-- ARG...` describes."""
     from .sweeps.plan import load_job_or_sweep
 
     if spec is None:
         raise click.UsageError("missing SPEC (or --resume RUN_DIR)")
-    job = load_job_or_sweep(spec, overrides, sweeps)
+    job = load_job_or_sweep(spec, overrides, sweeps, program_args)
     if max_parallel is not None and not _is_sweep(job):
         raise click.UsageError("--max-parallel is for sweeps (give --sweep KEY=V1,V2 or a spec with sweep:)")
     return job
@@ -130,7 +143,7 @@ def _is_sweep(job) -> bool:
               help="Ranks as `jaxlaunch run` starts them here, or as a Slurm job (checked against the cluster).")
 @click.option("--run-dir", type=click.Path(file_okay=False), help="Run directory to show paths for.")
 @_user_errors
-def explain(spec, overrides, target, run_dir):
+def explain(spec, overrides, program_args, target, run_dir):
     """Show each rank's node, local rank, devices, environment and mesh, the resources requested,
     and (--target slurm) whether the request fits the cluster; exit 2 if it cannot."""
     from .backends import get_backend
@@ -139,7 +152,7 @@ def explain(spec, overrides, target, run_dir):
     from .spec import load_spec
 
     backend = get_backend(target)
-    job = load_spec(spec, overrides)
+    job = load_spec(spec, overrides, program_args=program_args)
     problems, warnings = backend.check_fit(job)
     click.echo(format_explain(job, backend, RunDirectory.preview(job, run_dir).path, problems, warnings), nl=False)
     if problems:
@@ -156,7 +169,7 @@ RENDER_TARGETS = {"mpirun": "local"}
               help="A Slurm batch script, or the local mpirun command.")
 @click.option("--run-dir", type=click.Path(file_okay=False), help="Run directory to render paths for.")
 @_user_errors
-def render(spec, overrides, target, run_dir):
+def render(spec, overrides, program_args, target, run_dir):
     """Print the batch script (or mpirun command) for SPEC, without running anything."""
     from .backends import get_backend
     from .spec import load_spec
@@ -164,7 +177,7 @@ def render(spec, overrides, target, run_dir):
     backend = get_backend(RENDER_TARGETS.get(target, target))
     # color=True: click would strip escape sequences when stdout is not a terminal, and the
     # script shown must be byte for byte the one submit writes.
-    click.echo(backend.plan(load_spec(spec, overrides), run_dir).describe(), nl=False, color=True)
+    click.echo(backend.plan(load_spec(spec, overrides, program_args=program_args), run_dir).describe(), nl=False, color=True)
 
 
 @main.command()
@@ -178,11 +191,11 @@ def render(spec, overrides, target, run_dir):
 @click.option("--parsable", is_flag=True, help="Print only the job id (for a sweep, the array ids).")
 @click.option("--no-check", is_flag=True, help="Do not check the request against the cluster before sbatch.")
 @_user_errors
-def submit(spec, overrides, sweeps, max_parallel, run_dir, dry_run, wait, parsable, no_check):
+def submit(spec, overrides, program_args, sweeps, max_parallel, run_dir, dry_run, wait, parsable, no_check):
     """Submit SPEC to Slurm with sbatch; a sweep as one job array."""
     from .backends import get_backend
 
-    backend, job = get_backend("slurm"), _job_or_sweep(spec, overrides, sweeps, max_parallel)
+    backend, job = get_backend("slurm"), _job_or_sweep(spec, overrides, sweeps, max_parallel, program_args)
     if dry_run:
         click.echo(backend.plan(job, run_dir, max_parallel).describe(), nl=False, color=True)
     elif _is_sweep(job):
@@ -391,7 +404,7 @@ def cancel(job_id):
 
 @main.command()
 @spec_options(required=False)
-def doctor(spec, overrides):
+def doctor(spec, overrides, program_args):
     """Check this machine's installation: MPI, mpi4py, mpi4jax, JAX, Slurm, the runs folder; with
     SPEC, also its container runtime and image (jaxlaunch and MPI there, against this host's)."""
     import os
@@ -399,7 +412,7 @@ def doctor(spec, overrides):
     from .doctor import exit_code, format_checks, run_checks
     from .spec import load_spec
 
-    checks = run_checks(os.environ, load_spec(spec, overrides) if spec else None)
+    checks = run_checks(os.environ, load_spec(spec, overrides, program_args=program_args) if spec else None)
     click.echo(format_checks(checks))
     sys.exit(exit_code(checks))
 

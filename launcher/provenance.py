@@ -120,6 +120,8 @@ def snapshot_code(spec, run_path: Path, code: Path):
     code.mkdir(exist_ok=True)
     file = spec.entrypoint_file
     if file is not None and file.is_absolute():
-        function = spec.entrypoint.rpartition(":")[2]
-        return spec.replace(entrypoint=f"{code / file.relative_to(folder)}:{function}")
+        copy = code / file.relative_to(folder)
+        if spec.runs_program:
+            return spec.replace(entrypoint=str(copy))
+        return spec.replace(entrypoint=f"{copy}:{spec.entrypoint.rpartition(':')[2]}")
     return spec

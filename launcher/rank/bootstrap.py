@@ -1,74 +1,48 @@
 """Entry point of every rank: `python -m launcher.rank.bootstrap` (started by mpirun or srun).
 
 Order matters: MPI and the device environment are set up BEFORE JAX is imported, because JAX
-reads XLA_FLAGS / CUDA_VISIBLE_DEVICES once, at import.
+reads XLA_FLAGS / CUDA_VISIBLE_DEVICES once, at import. For a script or module entrypoint the
+rank does not start JAX at all (unless jax_distributed is true): the program does, and may call
+jax.distributed.initialize() first, which jax_runtime.py answers with jaxlaunch's coordinator.
 """
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import logging
 import os
+import signal
 import socket
 import sys
 import time
 import traceback
-from pathlib import Path
 
 from ..environment import ATTEMPT_ENV, RUN_DIR_ENV  # noqa: F401  (also re-exported)
+from . import program
+from .program import JOB_MODULE_PREFIX, load_entrypoint  # noqa: F401  (also re-exported)
 from .topology import node_name
-
-JOB_MODULE_PREFIX = "jaxlaunch_job_"  # job files are imported as modules named jaxlaunch_job_<stem>
-
-
-def load_entrypoint(entrypoint: str, code: Path | None = None):
-    """The function named by 'pkg.module:function' or '/abs/path/file.py:function'. `code`: the
-    run's snapshot of the job's code (spec key snapshot), searched first for modules."""
-    target, _, function = entrypoint.rpartition(":")
-    if code is not None:
-        sys.path.insert(0, str(code))
-    if target.endswith(".py"):
-        path = Path(target)
-        sys.path.insert(0, str(path.parent))  # let the job import its sibling modules
-        spec = importlib.util.spec_from_file_location(f"{JOB_MODULE_PREFIX}{path.stem}", path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module
-        spec.loader.exec_module(module)
-    else:
-        sys.path.insert(1 if code is not None else 0, os.getcwd())
-        module = importlib.import_module(target)
-    try:
-        return getattr(module, function)
-    except AttributeError:
-        raise AttributeError(f"entrypoint {entrypoint!r}: {target} has no function {function!r}") from None
 
 
 def start_jax_distributed(jax, comm, platform: str, timeout: int = 900) -> float:
-    """jax.distributed.initialize with its coordinator found through MPI: rank 0 picks a free
-    port and broadcasts host:port (JAX 0.10 does not detect Open MPI 5's mpirun by itself).
-    Every process gets `timeout` seconds to connect (the spec's jax_distributed_timeout).
+    """jax.distributed.initialize with its coordinator found through MPI (jax_runtime.py): rank 0
+    picks a free port and broadcasts host:port, bound to the address the ranks use. Every
+    process gets `timeout` seconds to connect. Returns the seconds it took."""
+    from .jax_runtime import coordinator_address
+    from .jax_runtime import start_jax_distributed as start
 
-    JAX's coordination service is unauthenticated, and by default listens on every interface
-    ([::]:port), where every user of a shared cluster can reach it. It binds to the address the
-    ranks use instead: 127.0.0.1 when every rank runs on rank 0's host, else that host's address
-    (JAX_COORDINATOR_BIND_ADDRESS, when set, still wins). Returns the seconds it took."""
-    started = time.perf_counter()
-    hosts = comm.allgather(socket.gethostname())
-    address = None
-    if comm.Get_rank() == 0:
-        host = "127.0.0.1" if len(set(hosts)) == 1 else socket.gethostbyname(socket.gethostname())
-        with socket.socket() as probe:
-            probe.bind((host, 0))
-            port = probe.getsockname()[1]
-        address = f"{host}:{port}"
-    address = comm.bcast(address, root=0)
-    if platform == "cpu":
-        jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    jax.distributed.initialize(coordinator_address=address, num_processes=comm.Get_size(),
-                               process_id=comm.Get_rank(), initialization_timeout=int(timeout),
-                               coordinator_bind_address=os.environ.get("JAX_COORDINATOR_BIND_ADDRESS") or address)
-    return time.perf_counter() - started
+    return start(jax, coordinator_address(comm), comm.Get_size(), comm.Get_rank(), platform, timeout)
+
+
+def program_environment(topology, coordinator: str, spec_env: dict) -> dict[str, str]:
+    """The variables torchrun-style code reads (torchrun sets the same names), and JAX's
+    coordinator address: RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, NODE_RANK, GROUP_RANK,
+    MASTER_ADDR, MASTER_PORT, JAX_COORDINATOR_ADDRESS. A coordinator the spec's env sets wins."""
+    host, _, port = coordinator.rpartition(":")
+    env = {"RANK": topology.rank, "LOCAL_RANK": topology.local_rank, "WORLD_SIZE": topology.size,
+           "LOCAL_WORLD_SIZE": topology.local_size, "NODE_RANK": topology.node_index,
+           "GROUP_RANK": topology.node_index}
+    coordinator_env = {"MASTER_ADDR": host, "MASTER_PORT": port, "JAX_COORDINATOR_ADDRESS": coordinator}
+    env.update({key: value for key, value in coordinator_env.items() if key not in spec_env})
+    return {key: str(value) for key, value in env.items()}
 
 
 def exception_summary(exc: BaseException) -> str:
@@ -83,12 +57,22 @@ def exception_summary(exc: BaseException) -> str:
     return f"{name}: {message[0]}" if message else name
 
 
+def _job_frames(tb):
+    """The traceback from the job's own first frame on: the frames of this bootstrap, of running
+    the program (program.py) and of runpy say nothing about the job's error."""
+    skipped = tb
+    while skipped is not None and (skipped.tb_frame.f_code.co_filename in _LAUNCH_FILES
+                                   or skipped.tb_frame.f_code.co_filename.startswith("<frozen runpy")):
+        skipped = skipped.tb_next
+    return skipped or tb
+
+
 def _fail(comm, output, run, rank: int, exc: BaseException, exit_code: int = 1) -> None:
     """Show the traceback, keep it in the run directory, and bring the whole job down.
 
     Without MPI_Abort the other ranks would wait forever in their next collective.
     """
-    text = "".join(traceback.format_exception(exc))
+    text = "".join(traceback.format_exception(type(exc), exc, _job_frames(exc.__traceback__)))
     try:
         if run is not None:  # first line: the one-line summary `jaxlaunch run` prints
             summary = exception_summary(exc)
@@ -118,6 +102,39 @@ def setup_devices(spec, topology, env) -> dict[str, str]:
     from .topology import device_environment
 
     return device_environment(spec.platform, spec.devices_per_process, topology.local_rank, env)
+
+
+def _job_context(spec, run, comm, topology, monitor):
+    """The rank's JobContext, with its devices: this starts JAX's backend (jax.local_devices)."""
+    import jax  # noqa: E402  (after the device environment, on purpose)
+    import numpy as np
+    from jax.sharding import Mesh
+
+    from .checkpoints import Checkpoints
+    from .context import DEVICE_AXIS, JobContext
+
+    try:
+        devices = jax.local_devices()
+    except (AssertionError, RuntimeError) as exc:  # JAX's words for no CUDA: a bare AssertionError
+        if spec.platform != "gpu":
+            raise
+        from .topology import GPU_FIX, missing_for_gpu
+
+        why = missing_for_gpu() or f"JAX could not start its CUDA backend ({exc!r})"
+        raise RuntimeError(f"platform: gpu, but on {socket.gethostname()}: {why}. Fix: {GPU_FIX}") from None
+    mesh = Mesh(np.array(devices), (DEVICE_AXIS,))
+    return JobContext(rank=topology.rank, size=topology.size, local_rank=topology.local_rank,
+                      local_size=topology.local_size, node_index=topology.node_index,
+                      num_nodes=topology.num_nodes, local_devices=devices, mesh=mesh, run_dir=run.path,
+                      params=dict(spec.params), attempt=int(os.environ.get(ATTEMPT_ENV, "0")),
+                      checkpoints=Checkpoints(run.checkpoints, keep=spec.keep_checkpoints, rank=topology.rank,
+                                              comm=comm.Clone(), devices=devices, mesh=mesh,
+                                              asynchronous=spec.async_checkpoints),
+                      progress=monitor.progress)
+
+
+_LAUNCH_FILES = {__file__, program.__file__}
+NO_RESULT = object()  # a script or module that never called set_result
 
 
 def main() -> None:
@@ -151,73 +168,90 @@ def main() -> None:
                             node_index=node_index, num_nodes=num_nodes)
 
         os.environ.update(setup_devices(spec, topology, os.environ))
+        from .jax_runtime import InitializeAnswer, coordinator_address
+        from .jax_runtime import start_jax_distributed as start_runtime
 
-        import jax  # noqa: E402  (after the device environment, on purpose)
-        import numpy as np
-        from jax.sharding import Mesh
+        address = coordinator_address(comm)  # one per attempt: a requeued job never reads the last one's
+        os.environ.update(program_environment(topology, address, spec.env))
+        if spec.preemption_signal is not None:
+            NOTICE.deliver = getattr(signal, spec.preemption_signal)
 
         from ..rundir.results import write_result
-        from .context import DEVICE_AXIS, JobContext
+        from .context import _RESULT, _set_context, context_built
+        from .program import run_program, succeeded
+
+        def log_runtime_start(seconds: float, by: str = "jaxlaunch") -> None:
+            if rank == 0:
+                run.log_event("jax_distributed", seconds=round(seconds, 3), processes=size, started_by=by)
 
         if spec.jax_distributed:
-            seconds = start_jax_distributed(jax, comm, spec.platform, spec.jax_distributed_timeout)
-            if rank == 0:
-                run.log_event("jax_distributed", seconds=round(seconds, 3), processes=size)
-        try:
-            devices = jax.local_devices()
-        except (AssertionError, RuntimeError) as exc:  # JAX's words for no CUDA: a bare AssertionError
-            if spec.platform != "gpu":
-                raise
-            from .topology import GPU_FIX, missing_for_gpu
+            import jax  # noqa: E402  (after the device environment, on purpose)
 
-            why = missing_for_gpu() or f"JAX could not start its CUDA backend ({exc!r})"
-            raise RuntimeError(f"platform: gpu, but on {socket.gethostname()}: {why}. Fix: {GPU_FIX}") from None
+            log_runtime_start(start_runtime(jax, address, size, rank, spec.platform, spec.jax_distributed_timeout))
+        # A program's own jax.distributed.initialize() gets jaxlaunch's coordinator and timeout.
+        InitializeAnswer(address, size, rank, spec.platform, spec.jax_distributed_timeout,
+                         started_by_jaxlaunch=spec.jax_distributed,
+                         jax_started=(lambda: True) if not spec.runs_program else context_built,
+                         on_started=lambda seconds: log_runtime_start(seconds, "program")).install()
         from .preflight import run_preflight
 
         # Before the job's code: all ranks must run the same software on the devices they should.
-        run_preflight(comm, run, rank, devices, spec.devices_per_process)
+        if spec.runs_program:  # a program starts JAX itself (maybe jax.distributed first): no devices yet
+            run_preflight(comm, run, rank, None, None, spec.platform)
+            _set_context(build=lambda: _job_context(spec, run, comm, topology, monitor))
+        else:
+            ctx = _job_context(spec, run, comm, topology, monitor)
+            run_preflight(comm, run, rank, ctx.local_devices, spec.devices_per_process)
+            _set_context(ctx)
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s",
                             stream=sys.stderr)
-        from .checkpoints import Checkpoints
-
-        mesh = Mesh(np.array(devices), (DEVICE_AXIS,))
-        ctx = JobContext(rank=rank, size=size, local_rank=local_rank, local_size=local_size or 1,
-                         node_index=node_index, num_nodes=num_nodes, local_devices=devices,
-                         mesh=mesh, run_dir=run.path,
-                         params=dict(spec.params), attempt=int(os.environ.get(ATTEMPT_ENV, "0")),
-                         checkpoints=Checkpoints(run.checkpoints, keep=spec.keep_checkpoints, rank=rank,
-                                                 comm=comm.Clone(), devices=devices, mesh=mesh,
-                                                 asynchronous=spec.async_checkpoints),
-                         progress=monitor.progress)
-        function = load_entrypoint(spec.entrypoint, run.code if spec.snapshot else None)
+        code = run.code if spec.snapshot else None
+        function = None if spec.runs_program else load_entrypoint(spec.entrypoint, code)
         if rank == 0:
-            run.log_event("main_started", attempt=ctx.attempt)  # start-up ends here (launcher/goodput.py)
+            run.log_event("main_started", attempt=int(os.environ.get(ATTEMPT_ENV, "0")))  # start-up ends here
         started = time.perf_counter()
+        value = NO_RESULT
         try:
-            value = function(ctx)
+            if spec.runs_program:
+                run_program(spec.entrypoint, spec.entrypoint_kind, spec.args, code)
+            else:
+                value = function(ctx)
         except SystemExit as exc:
-            if exc.code not in (None, 0):
+            if not succeeded(exc):
                 raise
-            value = None  # sys.exit(0) ends main successfully, like a return
+            value = NO_RESULT  # sys.exit(0) ends the entrypoint successfully, like a return
+        if value is NO_RESULT or (value is None and "value" in _RESULT):
+            value = _RESULT.get("value", None if not spec.runs_program else NO_RESULT)
         # Let asynchronously dispatched mpi4jax calls finish before exit (mpi4jax issue #22).
         collectives = sys.modules.get("launcher.rank.collectives")
-        collectives.wait_pending() if collectives else jax.effects_barrier()
-        ctx.checkpoints.wait()  # a save still being written: on disk (or its error raised) before the end
+        if collectives:
+            collectives.wait_pending()
+        elif "jax" in sys.modules and context_built():
+            sys.modules["jax"].effects_barrier()
+        if context_built():
+            from .context import context
+
+            context().checkpoints.wait()  # a save still being written: on disk (or its error raised) before the end
         monitor.stop()
         monitor.finish()
-        if NOTICE.agreed is not None:
-            # Stopped at the agreed point after a preemption notice: the work is not finished,
-            # so there is no result; the run resumes from its checkpoint.
-            ctx.logger.info("stopped after a preemption notice (%s) at should_stop() call %d, after %.2f s",
-                            ", ".join(NOTICE.agreed["sources"]), NOTICE.agreed["call"],
-                            time.perf_counter() - started)
+        logger = logging.getLogger("jaxlaunch.job")
+        if NOTICE.stopped is not None:
+            # Stopped after a preemption notice: the work is not finished, so there is no result;
+            # the run resumes from its checkpoint.
+            how = (f"at should_stop() call {NOTICE.agreed['call']}" if NOTICE.agreed is not None
+                   else f"after the notice was delivered as {NOTICE.delivered['signal']}")
+            logger.info("stopped after a preemption notice (%s) %s, after %.2f s",
+                        ", ".join(NOTICE.agreed["sources"] if NOTICE.agreed else NOTICE.names(NOTICE.sources)),
+                        how, time.perf_counter() - started)
         else:
-            if rank == 0:
+            if rank == 0 and value is not NO_RESULT:
                 write_result(run, value)
-            ctx.logger.info("entrypoint finished in %.2f s", time.perf_counter() - started)
+            logger.info("entrypoint finished in %.2f s", time.perf_counter() - started)
         output.stop()
     except SystemExit as exc:
-        _fail(comm, output, run, rank, exc, exc.code if isinstance(exc.code, int) and exc.code else 1)
+        from .program import exit_code
+
+        _fail(comm, output, run, rank, exc, exit_code(exc))
     except BaseException as exc:  # noqa: BLE001  (any failure must abort every rank)
         _fail(comm, output, run, rank, exc)
 

@@ -1,4 +1,5 @@
-"""JobContext: what an entrypoint gets. `def main(ctx): ...`"""
+"""JobContext: what an entrypoint gets. `def main(ctx): ...`, or `ctx = launcher.context()` in
+a script or module that jaxlaunch runs (and in any code they call)."""
 
 from __future__ import annotations
 
@@ -43,6 +44,11 @@ class JobContext:
 
         return should_stop()
 
+    def set_result(self, value) -> None:
+        """Make `value` the job's result (result.json, `job.result()`), as a function's return
+        value is: for a script or module, which returns none. Rank 0's value is kept."""
+        _RESULT["value"] = value
+
     @property
     def is_main(self) -> bool:
         """True on rank 0, the rank whose return value becomes result.json."""
@@ -56,3 +62,38 @@ class JobContext:
     def global_device_offset(self) -> int:
         """Index of this process's first device in the global device order (all ranks have the same count)."""
         return self.rank * len(self.local_devices)
+
+
+# The rank's context: set by the rank's bootstrap, built on first use for a script or module
+# (building it starts JAX's backend, which a program may want to start with jax.distributed first).
+_CURRENT: dict = {}
+_RESULT: dict = {}  # {"value": ...} once set_result was called
+
+
+def context() -> JobContext:
+    """The JobContext of this rank: rank, size, params, checkpoints, report(), should_stop().
+    Works in any code that runs under jaxlaunch (a main(ctx) function, a script, a module);
+    outside jaxlaunch it raises RuntimeError. A program that calls jax.distributed.initialize()
+    itself must call this after it: the context's devices and mesh start JAX's backend."""
+    current = _CURRENT.get("context")
+    if current is None:
+        build = _CURRENT.get("build")
+        if build is None:
+            raise RuntimeError("launcher.context() works only in a process jaxlaunch started (jaxlaunch run or "
+                               "submit); this one was not. Fix: run the program with `jaxlaunch run SPEC` or "
+                               "`jaxlaunch run script.py`")
+        current = _CURRENT["context"] = build()
+    return current
+
+
+def _set_context(value: JobContext | None = None, build=None) -> None:
+    """The bootstrap's: the context itself (a function entrypoint), or how to build it on first use."""
+    _CURRENT.clear()
+    if value is not None:
+        _CURRENT["context"] = value
+    if build is not None:
+        _CURRENT["build"] = build
+
+
+def context_built() -> bool:
+    return "context" in _CURRENT

@@ -132,11 +132,11 @@ class RankMonitor:
 
     def finish(self, tracker: CollectiveTracker | None = None) -> None:
         """After stop(): say this rank's entrypoint returned, after `tracker.count` collectives;
-        `stopped` says it returned at an agreed preemption stop (should_stop() was True), not at the
-        end of the work. Then close the connection."""
+        `stopped` says it returned at an agreed preemption stop (should_stop() was True), or after
+        its notice was delivered as the spec's preemption_signal, not at the end of the work. Then close the connection."""
         tracker = tracker or self.tracker
         self.flush_progress()
-        self.send("done", RankDone(self.rank, tracker.count, time.time(), stopped=preemption.NOTICE.agreed))
+        self.send("done", RankDone(self.rank, tracker.count, time.time(), stopped=preemption.NOTICE.stopped))
         if self.client is not None:
             self.client.close()
 

@@ -1,7 +1,8 @@
 """The rank's side of preemption: a notice flag, the signals that set it, and `should_stop()`,
 which turns each rank's flag into ONE answer that every rank shares.
 
-A notice reaches the ranks in one of three ways (see docs/design/preemption.md):
+A notice reaches the ranks in one of three ways (see docs/design/preemption.md), and with the
+spec's preemption_signal it is passed on to the program's own handler as that signal too:
 - SIGUSR2 to the rank: `scancel --signal=USR2` (the job steps), or mpirun forwarding it;
 - SIGTERM to the rank, once the job has called `should_stop()` (it can checkpoint): Slurm's
   preemption signals every task with SIGTERM, then SIGKILL after the partition's GraceTime;
@@ -37,12 +38,32 @@ class StopNotice:
         self.calls = 0            # should_stop() calls so far (the same on every rank)
         self.sigterm_enabled = False
         self.stopping = False     # the supervisor is tearing the job down: SIGTERM kills again
+        self.deliver = None       # spec preemption_signal: also send a notice to this process as that signal
+        self.delivered = None     # {"signal": name, "sources": [...], "time": ...} once it was sent
         self._comm = None
 
     def set(self, source: str) -> None:
         if not self.sources:
             self.received = time.time()
         self.sources |= SOURCES[source]
+        self._deliver(source)
+
+    def _deliver(self, source: str) -> None:
+        """Pass the notice on to the program's own handler (spec preemption_signal), once. Not
+        when it is SIGTERM and should_stop() made SIGTERM a notice: that handler is ours, and a
+        second SIGTERM to it means "end now"."""
+        if self.deliver is None or self.delivered is not None:
+            return
+        if self.deliver == signal.SIGTERM and self.sigterm_enabled:
+            return
+        self.delivered = {"signal": signal.Signals(self.deliver).name, "sources": [source], "time": time.time()}
+        os.kill(os.getpid(), self.deliver)
+
+    @property
+    def stopped(self) -> dict | None:
+        """How this rank's entrypoint was told to stop early: should_stop() returned True, or the
+        notice was delivered to the program as its signal. None: it ran to its own end."""
+        return self.agreed or self.delivered
 
     def names(self, bits: int) -> list[str]:
         return [name for name, bit in SOURCES.items() if bits & bit]

@@ -33,11 +33,14 @@ def _version(package: str) -> str:
         return "missing"
 
 
-def local_report(rank: int, devices, mpi_library: str) -> dict:
-    """What this rank runs with: host, interpreter, package versions, MPI, devices."""
+def local_report(rank: int, devices, mpi_library: str, platform: str | None = None) -> dict:
+    """What this rank runs with: host, interpreter, package versions, MPI, devices. `devices` is
+    None before a script or module has started JAX (it may start jax.distributed itself): then
+    the spec's `platform` stands for them, and no device is counted."""
     from .. import __version__
 
-    platform = devices[0].platform if devices else "none"
+    platform = devices[0].platform if devices else (platform or "none")
+    devices = devices or []
     visible = os.environ.get("CUDA_VISIBLE_DEVICES", "") if platform == "gpu" else ""
     return {
         "rank": rank, "host": socket.gethostname(), "python": sys.executable,
@@ -52,7 +55,7 @@ def local_report(rank: int, devices, mpi_library: str) -> dict:
     }
 
 
-def compare(reports: list[dict], expected_devices: int, host_version: str | None = None) -> list[str]:
+def compare(reports: list[dict], expected_devices: int | None, host_version: str | None = None) -> list[str]:
     """Problems found across the ranks' reports, each naming the odd rank(s) out. `host_version`:
     jaxlaunch's version on the host, when the ranks run in a container image."""
     problems = []
@@ -70,7 +73,8 @@ def compare(reports: list[dict], expected_devices: int, host_version: str | None
             odd = ", ".join(f"rank {', '.join(map(str, ranks))} has {value}"
                             for value, ranks in values.items() if value != common)
             problems.append(f"{field}: {odd}; the others have {common}")
-    wrong_count = [r["rank"] for r in reports if r.get("device_count") != expected_devices]
+    wrong_count = [] if expected_devices is None else \
+        [r["rank"] for r in reports if r.get("device_count") != expected_devices]
     if wrong_count:
         problems.append(f"device_count: rank(s) {', '.join(map(str, wrong_count))} see a different number of "
                         f"devices than devices_per_process={expected_devices}")
@@ -132,9 +136,10 @@ def gpu_warnings(report: dict) -> list[str]:
     return warnings
 
 
-def run_preflight(comm, run, rank: int, devices, expected_devices: int) -> dict:
+def run_preflight(comm, run, rank: int, devices, expected_devices: int | None, platform: str | None = None) -> dict:
     """Gather every rank's report on rank 0, compare, save preflight.json, and raise
-    PreflightError on every rank if they differ (rank 0 decides; the verdict is broadcast)."""
+    PreflightError on every rank if they differ (rank 0 decides; the verdict is broadcast).
+    Without `devices` (a script's JAX has not started), the devices are not compared."""
     import time
 
     from mpi4py import MPI
@@ -142,7 +147,7 @@ def run_preflight(comm, run, rank: int, devices, expected_devices: int) -> dict:
     from ..rundir import atomic_write_json
 
     started = time.perf_counter()
-    report = local_report(rank, devices, MPI.Get_library_version())
+    report = local_report(rank, devices, MPI.Get_library_version(), platform)
     own_seconds = time.perf_counter() - started
     reports = comm.gather(report, root=0)  # includes waiting for the slowest rank to get here
     verdict = None

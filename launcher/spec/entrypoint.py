@@ -1,5 +1,5 @@
-"""The spec's entrypoint, checked before anything runs: the file or module exists and defines the
-function at its top level. Found and parsed (ast), never imported: the job's code must not run
+"""The spec's entrypoint, checked before anything runs: the script or module exists (and parses),
+or the file or module defines the function at its top level. Found and parsed (ast), never imported: the job's code must not run
 in the launcher."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from ..errors import SpecError
-from .model import JobSpec
+from .model import MODULE, SCRIPT, JobSpec
 
 
 def _top_level_names(tree: ast.Module) -> tuple[set[str], bool]:
@@ -86,11 +86,26 @@ def _find_module(name: str, search: list[str]):
     return found
 
 
+def _check_parses(file: Path, where: str) -> None:
+    """A script must at least parse: a syntax error found now costs no queue wait."""
+    try:
+        ast.parse(file.read_bytes(), filename=str(file))
+    except SyntaxError as exc:
+        raise SpecError(f"{where}: entrypoint: {file}:{exc.lineno}: the script has a syntax error "
+                        f"({exc.msg}).\n  fix: correct it; it would fail as soon as a rank runs it.") from None
+    except (OSError, ValueError) as exc:
+        raise SpecError(f"{where}: entrypoint: cannot read {file}: {exc}.\n"
+                        f"  fix: check the file and its permissions.") from None
+
+
 def resolve_entrypoint(spec: JobSpec, spec_dir: Path, where: str) -> JobSpec:
-    """Check that the entrypoint's file or module exists and defines the function, without running
-    any of the job's code. A file is made absolute (relative to the spec's folder). `where` is
-    where the entrypoint was written (file:line or the --set flag), for messages."""
+    """Check that the entrypoint's file or module exists (and, for a function, defines it) without
+    running any of the job's code. A file is made absolute (relative to the spec's folder). `where`
+    is where the entrypoint was written (file:line or the --set flag), for messages."""
+    kind = spec.entrypoint_kind
     target, _, function = spec.entrypoint.rpartition(":")
+    if kind == MODULE:
+        target, function = spec.entrypoint, None
     file = spec.entrypoint_file
     if file is not None:
         resolved = file if file.is_absolute() else spec_dir / file
@@ -104,6 +119,9 @@ def resolve_entrypoint(spec: JobSpec, spec_dir: Path, where: str) -> JobSpec:
         if not exists:
             raise SpecError(f"{where}: entrypoint: file {str(file)!r} not found (looked for {resolved}).\n"
                             f"  fix: give the path relative to the spec's folder.")
+        if kind == SCRIPT:
+            _check_parses(resolved, where)
+            return spec.replace(entrypoint=str(resolved))
         _check_defines(resolved, function, where, spec.entrypoint)
         return spec.replace(entrypoint=f"{resolved}:{function}")
     if target.startswith("launcher."):
@@ -120,16 +138,24 @@ def resolve_entrypoint(spec: JobSpec, spec_dir: Path, where: str) -> JobSpec:
     except (ImportError, OSError, ValueError) as exc:
         raise SpecError(f"{where}: entrypoint: cannot look up module {target!r}: {exc}.\n"
                         f"  fix: check the module name.") from None
+    as_file = f"{target.replace('.', '/')}.py" + (f":{function}" if function else "")
     if found is None and target not in sys.builtin_module_names:
         if in_spec_dir:
             raise SpecError(
                 f"{where}: entrypoint: module {target!r} is in the spec's folder ({spec_dir}), but the ranks "
                 f"import modules from the working directory ({os.getcwd()}).\n"
-                f"  fix: run jaxlaunch from {spec_dir}, or name the file: "
-                f"'{target.replace('.', '/')}.py:{function}'.")
+                f"  fix: run jaxlaunch from {spec_dir}, or name the file: '{as_file}'.")
         raise SpecError(f"{where}: entrypoint: module {target!r} not found (looked in {os.getcwd()} and "
                         f"the Python path).\n  fix: run jaxlaunch from the folder that holds the package, "
-                        f"install it, or write the entrypoint as 'path/to/file.py:{function}'.")
+                        f"install it, or name its file: '{as_file}'.")
+    if kind == MODULE:
+        if found is not None and found.submodule_search_locations is not None and \
+                _find_module(f"{target}.__main__", search) is None:
+            raise SpecError(f"{where}: entrypoint: {target!r} is a package without a __main__ module, so it "
+                            f"cannot run as a program (python -m {target} would fail too).\n"
+                            f"  fix: name the module to run ('{target}.train'), or a function in it "
+                            f"('{target}.train:main').")
+        return spec
     origin = getattr(found, "origin", None)
     if origin and origin.endswith(".py") and Path(origin).is_file():
         _check_defines(Path(origin), function, where, spec.entrypoint)

@@ -6,6 +6,7 @@ path and the fix, so a user never has to read a traceback to find a typo.
 from __future__ import annotations
 
 import difflib
+import re
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ from .. import yaml12
 from ..errors import SpecError
 from .fields import InvalidRecord, Optional, Problem, Record, Section
 from .entrypoint import resolve_entrypoint
-from .model import SPEC_KEYS, JobSpec
+from .model import ENTRYPOINT_KINDS, SPEC_KEYS, JobSpec
 
 FORBIDDEN_CHARACTERS = {"\n": "a newline", "\r": "a carriage return", "\0": "a NUL byte"}
 
@@ -294,6 +295,8 @@ def describe_spec(spec: JobSpec) -> str:
             kind = names.get(type(value), type(value).__name__)
             if path in durations and value is not None:
                 kind += ", seconds"
+            if path == ("entrypoint",):  # which of the four kinds the check read
+                kind += f"; {spec.entrypoint_kind}: {ENTRYPOINT_KINDS[spec.entrypoint_kind]}"
             lines.append(f"{label} = {value!r}  ({kind})")
 
     walk(spec.to_dict(), (), "")
@@ -303,8 +306,18 @@ def describe_spec(spec: JobSpec) -> str:
 SWEEP_SECTION = "sweep"
 
 
+def script_as_spec(path: Path) -> "yaml12.Loaded":
+    """The spec a script given where SPEC goes stands for (`jaxlaunch run train.py -- --lr 0.1`):
+    every key at its default, the script as the entrypoint, named after the file."""
+    name = re.sub(r"[^A-Za-z0-9._-]", "-", path.stem)[:64].lstrip("._-") or "job"
+    return yaml12.Loaded({"name": name, "entrypoint": path.name}, {})
+
+
 def read_spec_file(path: Path) -> "yaml12.Loaded":
-    """The spec file's YAML value (None for an empty file) and the line of every key."""
+    """The spec file's YAML value (None for an empty file) and the line of every key. A .py file
+    is a script to run with a spec of defaults (script_as_spec)."""
+    if path.suffix == ".py":
+        return script_as_spec(path)
     try:
         size = path.stat().st_size
         if size > yaml12.MAX_BYTES:
@@ -328,12 +341,16 @@ def parse_overrides(overrides) -> list[tuple[tuple, Any, str]]:
 
 
 def build_spec(path: Path, data: Any, lines: dict[tuple, int], overrides: list[tuple[tuple, Any, str]] = (),
-               values: dict[tuple, Any] | None = None, labels: dict[tuple, str] | None = None) -> JobSpec:
+               values: dict[tuple, Any] | None = None, labels: dict[tuple, str] | None = None,
+               program_args: list[str] = ()) -> JobSpec:
     """Apply --set overrides, then `values` (a sweep configuration's, located by `labels`), to a
-    copy of the spec file's data, and validate. Raises SpecError."""
+    copy of the spec file's data, append `program_args` (`-- ARG...`) to its args, and validate.
+    Raises SpecError."""
     import copy
 
     data = copy.deepcopy(data)
+    if program_args and isinstance(data, dict) and isinstance(data.get("args", []), list):
+        data["args"] = [*data.get("args", []), *program_args]  # a wrong `args:` is validate_spec's to report
     applied = {}
     for key_path, value, text in overrides:
         if not isinstance(data, dict):
@@ -355,7 +372,8 @@ def build_spec(path: Path, data: Any, lines: dict[tuple, int], overrides: list[t
     return spec
 
 
-def load_spec(path: str | Path, overrides: list[str] = (), allow_sweep: bool = False) -> JobSpec:
+def load_spec(path: str | Path, overrides: list[str] = (), allow_sweep: bool = False,
+              program_args: list[str] = ()) -> JobSpec:
     """Read, override (`--set a.b=value`) and validate a job spec. Raises SpecError.
 
     A spec with a `sweep:` section describes many jobs: commands that run one job refuse it,
@@ -370,4 +388,4 @@ def load_spec(path: str | Path, overrides: list[str] = (), allow_sweep: bool = F
                             f"configurations); this command takes one.\n  fix: use `jaxlaunch run` or `jaxlaunch "
                             f"submit`, which run every configuration, or pin the swept keys with --set.")
         data = {k: v for k, v in data.items() if k != SWEEP_SECTION}
-    return build_spec(path, data, loaded.lines, parse_overrides(overrides))
+    return build_spec(path, data, loaded.lines, parse_overrides(overrides), program_args=list(program_args))

@@ -14,7 +14,7 @@ from .fields import (Anything, Boolean, Choice, Integer, ListOf, MappingOf, Opti
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 JOB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-MODULE_ENTRY = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+MODULE_NAME = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 RUN_DIR_PLACEHOLDERS = ("{name}", "{time}")
 
 
@@ -64,12 +64,35 @@ def _valid_name(value: str) -> None:
         raise ValueError(f"{value!r} is not a valid job name; use letters, digits, '.', '_' or '-'")
 
 
+# The four kinds of entrypoint. A function gets the JobContext and returns the job's result; a
+# script or module runs as `__main__` with `args` as its sys.argv[1:], like `python FILE` or `python -m`.
+FILE_FUNCTION, MODULE_FUNCTION, SCRIPT, MODULE = "file.py:function", "module:function", "script", "module"
+ENTRYPOINT_KINDS = {
+    FILE_FUNCTION: "a function in a .py file, called with the JobContext",
+    MODULE_FUNCTION: "a function in an importable module, called with the JobContext",
+    SCRIPT: "a .py file run as __main__ with `args` as its argv (like `python FILE ARGS`)",
+    MODULE: "a module run as __main__ with `args` as its argv (like `python -m MODULE ARGS`)",
+}
+ENTRYPOINT_FORMS = "'train.py', 'pkg.module', 'file.py:function' or 'pkg.module:function'"
+
+
+def entrypoint_kind(value: str) -> str | None:
+    """Which of the four kinds `value` is; None when it is none of them."""
+    if value.endswith(".py"):
+        return SCRIPT  # also a path whose folders hold a ':'
+    target, sep, function = value.rpartition(":")
+    if sep:
+        if not target or not function.isidentifier():
+            return None
+        if target.endswith(".py"):
+            return FILE_FUNCTION
+        return MODULE_FUNCTION if MODULE_NAME.match(target) else None
+    return MODULE if MODULE_NAME.match(value) else None
+
+
 def _valid_entrypoint(value: str) -> None:
-    path, sep, function = value.rpartition(":")
-    if not sep or not path or not function.isidentifier():
-        raise ValueError(f"{value!r} is not 'module:function' or 'file.py:function'")
-    if not path.endswith(".py") and not MODULE_ENTRY.match(value):
-        raise ValueError(f"{value!r}: {path!r} is neither a module name nor a .py file")
+    if entrypoint_kind(value) is None:
+        raise ValueError(f"{value!r} is not an entrypoint; write {ENTRYPOINT_FORMS}")
 
 
 def _known_placeholders(value: str) -> None:
@@ -163,6 +186,9 @@ class SlurmSpec(Record):
                           "is excluded and the job requeued (counts against max_requeues)", None)
 
 
+# Signals a preemption notice may be delivered as (preemption_signal). Not SIGUSR2: that is the
+# notice itself. Not SIGKILL/SIGSTOP: no program can handle them.
+PREEMPTION_SIGNALS = ("SIGTERM", "SIGUSR1", "SIGINT", "SIGHUP")
 CONTAINER_RUNTIMES = ("apptainer", "pyxis", "charliecloud")
 
 
@@ -188,8 +214,12 @@ class ContainerSpec(Record):
 class JobSpec(Record):
     name: str = field(Text(), "job name: letters, digits, '.', '_' or '-', at most 64 characters",
                       checks=(_valid_name,))
-    entrypoint: str = field(Text(), "'package.module:function' or 'path/to/file.py:function'",
-                            checks=(_valid_entrypoint,))
+    entrypoint: str = field(
+        Text(), "what each rank runs: a script 'train.py' or a module 'pkg.train' (run as __main__ with `args`), "
+                "or a function 'file.py:main' or 'pkg.module:main' (called with the JobContext)",
+        checks=(_valid_entrypoint,))
+    args: list[str] = field(STRINGS, "a script's or module's command-line arguments (its sys.argv[1:]); "
+                                     "`jaxlaunch run SPEC -- ARG...` appends to them", factory=list)
     params: dict[str, Any] = field(MappingOf(Anything()), "passed to the entrypoint as ctx.params", factory=dict)
     nodes: int = field(COUNT, "number of nodes (hosts)", 1)
     processes_per_node: int = field(COUNT, "MPI processes per node", 1)
@@ -213,6 +243,11 @@ class JobSpec(Record):
     collective_timeout: int | None = field(
         Optional(DURATION), "longest any rank may wait in one launcher collective before the job is stopped with "
                             "a hang report naming the ranks that never arrived: seconds, '5m', ...", None)
+    preemption_signal: str | None = field(
+        Optional(Choice(*PREEMPTION_SIGNALS)), "also deliver a preemption notice to every rank's process as this "
+                                               "signal, for programs with their own handler (orbax and JAX's "
+                                               "preemption sync point listen for SIGTERM); default: none, the "
+                                               "notice reaches the job through ctx.should_stop() only", None)
     max_restarts: int = field(
         Integer(minimum=0), "restarts of the whole job after a failure (ctx.attempt tells the job which attempt)", 0)
     keep_checkpoints: int = field(
@@ -252,9 +287,22 @@ class JobSpec(Record):
         return self.slurm.cpus_per_task or 1
 
     @property
+    def entrypoint_kind(self) -> str:
+        """FILE_FUNCTION, MODULE_FUNCTION, SCRIPT or MODULE."""
+        return entrypoint_kind(self.entrypoint)
+
+    @property
+    def runs_program(self) -> bool:
+        """A script or module, run as __main__ (it returns no value); else a function given the context."""
+        return self.entrypoint_kind in (SCRIPT, MODULE)
+
+    @property
     def entrypoint_file(self) -> Path | None:
-        path = self.entrypoint.rpartition(":")[0]
-        return Path(path) if path.endswith(".py") else None
+        """The .py file of a script or a file.py:function entrypoint; None for a module."""
+        kind = self.entrypoint_kind
+        if kind == SCRIPT:
+            return Path(self.entrypoint)
+        return Path(self.entrypoint.rpartition(":")[0]) if kind == FILE_FUNCTION else None
 
 
 SPEC_KEYS = {(): JobSpec, ("slurm",): SlurmSpec, ("container",): ContainerSpec}

@@ -28,7 +28,10 @@ def describe_outcome(spec: JobSpec, run: RunDirectory, outcome, seconds: float) 
     if outcome.state == JobState.COMPLETED:
         count = outcome.attempts - 1 if outcome.restarts is None else outcome.restarts
         restarts = f" after {count} restart(s)" if count else ""
-        return [f"jaxlaunch: job {spec.name} COMPLETED in {seconds:.1f} s{restarts}; result: {run.result_file}"]
+        done = f"jaxlaunch: job {spec.name} COMPLETED in {seconds:.1f} s{restarts}"
+        if not run.result_file.exists():  # a script or module that set none (launcher.context().set_result)
+            return [f"{done}; every rank exited 0 (the program set no result)"]
+        return [f"{done}; result: {run.result_file}"]
     if outcome.state == JobState.PREEMPTED:
         return [f"jaxlaunch: job {spec.name} PREEMPTED after {seconds:.1f} s: it checkpointed and stopped on a notice",
                 f"  continue it with: jaxlaunch run --resume {run.path}"]

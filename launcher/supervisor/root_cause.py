@@ -197,7 +197,7 @@ def build_failure(*, state: str, reason: str, num_processes: int, rank_errors: l
         "launcher": {"exit_code": launcher_exit_code, "messages": list(launcher_tail)[-40:]},
     }
     if rank_states or reason in ("timeout", "collective_timeout", "cancelled"):
-        document["hang"] = hang_report(num_processes, rank_states, abort_requests)
+        document["hang"] = hang_report(num_processes, rank_states, abort_requests, finished_ranks)
     return document
 
 
@@ -209,16 +209,18 @@ def scheduler_failure(*, reason: str, summary: str, attempt: int, fix: str) -> d
             "launcher": {"exit_code": None, "messages": []}, "fix": fix}
 
 
-def hang_report(num_processes: int, rank_states: list[dict], abort_requests: list[dict]) -> dict:
+def hang_report(num_processes: int, rank_states: list[dict], abort_requests: list[dict],
+                finished_ranks: set[int] = frozenset()) -> dict:
     """Where every rank was when the job was stopped, and which ranks never reached the collective
-    the watchdog fired on."""
+    the watchdog fired on. A rank in `finished_ranks` had already left its entrypoint: the likely
+    culprit when the others wait in MPI calls of the program's own, which the watchdog cannot see."""
     by_rank = {s["rank"]: s for s in rank_states}
     watched = next((r["collective"] for r in abort_requests if r.get("reason") == "collective_timeout"), None)
     ranks = []
     for rank in range(num_processes):
         state = by_rank.get(rank)
         if state is None:
-            ranks.append({"rank": rank, "answered": False})
+            ranks.append({"rank": rank, "answered": False, **({"left_main": True} if rank in finished_ranks else {})})
             continue
         waiting = state.get("waiting_in")
         ranks.append({"rank": rank, "answered": True, "host": state.get("host"), "where": state.get("where"),
@@ -242,6 +244,10 @@ def hang_lines(hang: dict) -> list[str]:
         lines.append(f"collective watchdog: {watched['name']} #{watched['seq']} waited {watched['seconds']:.0f} s; "
                      f"ranks that never arrived: {missing}")
     for entry in hang["ranks"]:
+        if not entry["answered"] and entry.get("left_main"):
+            lines.append(f"  rank {entry['rank']}: had left its entrypoint (ended without an error) while others "
+                         f"had not: a peer waiting for it in a collective waits forever")
+            continue
         if not entry["answered"]:
             lines.append(f"  rank {entry['rank']}: did not answer (dead, or stuck in C code holding the GIL)")
             continue

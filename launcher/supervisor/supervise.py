@@ -74,6 +74,16 @@ class Outcome:
     restarts: int | None = None  # restarts after a failure in this launch (None: attempts - 1)
 
 
+def _program_exit_code(failure: dict | None) -> int | None:
+    """A script's or module's own exit code, when its sys.exit(N) failed the job (pytest's 1 for
+    failed tests, 2 for a usage error...), as `python FILE` would have exited."""
+    first = (failure or {}).get("first_failure") or {}
+    code = first.get("exit_code")
+    if first.get("kind") == "exit" and isinstance(code, int) and not isinstance(code, bool) and 0 < code < 256:
+        return code
+    return None
+
+
 def exit_code_for(state: str, stop_signal: int | None = None) -> int:
     """The job's exit code: the one table in launcher/states.py."""
     return JobState.parse(state).exit_code(stop_signal)
@@ -140,6 +150,8 @@ class Supervisor:
         if state in (JobState.COMPLETED, JobState.PREEMPTED, JobState.REQUEUED):
             self.run.failure_file.unlink(missing_ok=True)
         exit_code = exit_code_for(state, self.stop_signal)
+        if state == JobState.FAILED and self.spec.runs_program:
+            exit_code = _program_exit_code(failure) or exit_code
         reason = None if failure is None else failure["summary"]
         self.run.update_status(state=state.value, exit_code=exit_code, ended=time.time(), reason=reason)
         self.allocation.finish(self.run, state, self.requeue_cause, self.echo)
@@ -306,9 +318,13 @@ class Supervisor:
 
         dones = self.channel.done()
         every_rank_done = stop_reason is None and process.returncode == 0 and len(dones) == self.spec.num_processes
-        if every_rank_done and all(d.get("stopped") for d in dones):
-            return JobState.PREEMPTED, None, None  # every rank stopped at the agreed point, checkpoint written
-        if every_rank_done and self.run.result_file.exists():
+        # A function's ranks stop together at should_stop(); a script or module got the notice
+        # as its signal, which its own handler may have acted on at any rank.
+        stopped = any if self.spec.runs_program else all
+        if every_rank_done and stopped(d.get("stopped") for d in dones):
+            return JobState.PREEMPTED, None, None  # the ranks stopped after a notice, checkpoint written
+        # A function's result is its return value (rank 0 writes it last); a program has none.
+        if every_rank_done and (self.spec.runs_program or self.run.result_file.exists()):
             return JobState.COMPLETED, None, None
         state = STOP_STATES.get(stop_reason, JobState.FAILED)
         failure = self._failure(state, stop_reason, detail, process.returncode, list(launcher_lines),

@@ -200,7 +200,8 @@ def _declared(data: Any, lines: dict, spec_path: Path, sweep_flags: list[str], l
     return declared
 
 
-def load_job_or_sweep(spec_path: str | Path, overrides: list[str] = (), sweep_flags: list[str] = ()) -> JobSpec | Sweep:
+def load_job_or_sweep(spec_path: str | Path, overrides: list[str] = (), sweep_flags: list[str] = (),
+                      program_args: list[str] = ()) -> JobSpec | Sweep:
     """What `run` and `submit` run, from one read of the spec file: the sweep the spec and flags
     declare, every configuration validated, or else the one JobSpec. Raises SpecError; for a
     sweep, naming the configuration and key of every invalid one (the first few)."""
@@ -209,9 +210,9 @@ def load_job_or_sweep(spec_path: str | Path, overrides: list[str] = (), sweep_fl
     data = {} if loaded.data is None else loaded.data
     parsed_overrides = parse_overrides(overrides)
     if not sweep_flags and not (isinstance(data, dict) and SWEEP_SECTION in data):
-        return build_spec(spec_path, data, loaded.lines, parsed_overrides)
+        return build_spec(spec_path, data, loaded.lines, parsed_overrides, program_args=program_args)
     base_data = {k: v for k, v in data.items() if k != SWEEP_SECTION} if isinstance(data, dict) else data
-    base = build_spec(spec_path, base_data, loaded.lines, parsed_overrides)
+    base = build_spec(spec_path, base_data, loaded.lines, parsed_overrides, program_args=program_args)
     declared = _declared(data, loaded.lines, spec_path, list(sweep_flags), base.sweep_limit)
     for key_path, _, text in parsed_overrides:
         if key_path in declared:
@@ -233,7 +234,7 @@ def load_job_or_sweep(spec_path: str | Path, overrides: list[str] = (), sweep_fl
                   for path, value in values.items()}
         dotted_values = {yaml12.dotted(path): value for path, value in values.items()}
         try:
-            spec = build_spec(spec_path, base_data, loaded.lines, parsed_overrides, values, labels)
+            spec = build_spec(spec_path, base_data, loaded.lines, parsed_overrides, values, labels, program_args)
         except SpecError as error:
             label = ", ".join(f"{k}={v!r}" for k, v in dotted_values.items())
             errors.setdefault(str(error), []).append(f"configuration {index} of {total} ({label})")

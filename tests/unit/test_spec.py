@@ -53,9 +53,9 @@ def test_misspelled_key_names_file_line_key_and_valid_keys(write_spec):
     message = error_of(write_spec, path.read_text())
     assert message == (
         f"{path}:3: nodez: unknown key.\n"
-        "  valid keys: async_checkpoints, collective_timeout, container, devices_per_process, entrypoint, env, "
+        "  valid keys: args, async_checkpoints, collective_timeout, container, devices_per_process, entrypoint, env, "
         "jax_distributed, jax_distributed_timeout, keep_checkpoints, max_parallel, max_restarts, name, nodes, params, "
-        "platform, processes_per_node, run_dir, setup, slurm, snapshot, sweep, sweep_limit, timeout\n"
+        "platform, preemption_signal, processes_per_node, run_dir, setup, slurm, snapshot, sweep, sweep_limit, timeout\n"
         "  fix: did you mean 'nodes'? rename or remove the key.")
 
 
@@ -71,7 +71,9 @@ def test_nested_unknown_key_lists_the_section_keys(write_spec):
     ("name: x\nentrypoint: m:f\nnodes: 0\n", ":3: nodes: must be at least 1 (got 0)."),
     ("name: x\nentrypoint: m:f\nplatform: tpu\n", ":3: platform: expected 'cpu' or 'gpu' (got 'tpu')."),
     ("name: x\nentrypoint: m:f\ntimeout: soon\n", ":3: timeout: 'soon' is not a duration"),
-    ("name: x\nentrypoint: nocolon\n", ":2: entrypoint: 'nocolon' is not 'module:function' or 'file.py:function'."),
+    ("name: x\nentrypoint: no-such-form\n", ":2: entrypoint: 'no-such-form' is not an entrypoint; write 'train.py', "
+                                            "'pkg.module', 'file.py:function' or 'pkg.module:function'."),
+    ("name: x\nentrypoint: nosuchmodule\n", ":2: entrypoint: module 'nosuchmodule' not found"),
     ("name: bad name\nentrypoint: m:f\n", ":1: name: 'bad name' is not a valid job name"),
     ("name: x\nentrypoint: m:f\nenv: {1BAD: x}\n", ":3: env: '1BAD' is not a valid environment variable name."),
     ("name: x\nentrypoint: m:f\nslurm: {extra: [mem=4G]}\n", "'mem=4G' is not an sbatch option; write it like '--mem=8G'"),
@@ -285,10 +287,11 @@ def test_every_default():
     from launcher.spec import JobSpec
 
     assert JobSpec(name="x", entrypoint="m:f").to_dict() == {
-        "name": "x", "entrypoint": "m:f", "params": {}, "nodes": 1, "processes_per_node": 1,
+        "name": "x", "entrypoint": "m:f", "args": [], "params": {}, "nodes": 1, "processes_per_node": 1,
         "devices_per_process": 1, "platform": "cpu", "jax_distributed": False, "jax_distributed_timeout": 900,
         "env": {}, "setup": [],
-        "run_dir": None, "timeout": None, "collective_timeout": None, "max_restarts": 0, "keep_checkpoints": 2,
+        "run_dir": None, "timeout": None, "collective_timeout": None, "preemption_signal": None, "max_restarts": 0,
+        "keep_checkpoints": 2,
         "async_checkpoints": True, "snapshot": False,
         "max_parallel": None, "sweep_limit": 1000,
         "slurm": {"partition": None, "time": None, "account": None, "qos": None, "gpus_per_node": None,
@@ -335,15 +338,19 @@ def test_job_name_rule(name, ok):
 
 @pytest.mark.parametrize("entrypoint, ok", [
     ("m:f", True), ("pkg.mod:main", True), ("_p.m2:_f", True), ("dir/file.py:main", True), ("a-b.py:main", True),
-    ("m:", False), (":f", False), ("m", False), ("m:f-g", False), ("m:1f", False), ("a-b:main", False),
-    ("1m:f", False),
+    ("m:", False), (":f", False), ("m:f-g", False), ("m:1f", False), ("a-b:main", False),
+    ("1m:f", False), ("m-1", False), ("a/b", False), ("pkg..m", False),
+    # programs, run as __main__ with args: a script, a module (python -m)
+    ("m", True), ("pytest", True), ("pkg.train", True), ("train.py", True), ("dir/a-b.py", True),
 ])
 def test_entrypoint_forms(entrypoint, ok):
     from launcher.spec import InvalidRecord, JobSpec
 
     if ok:
         spec = JobSpec(name="x", entrypoint=entrypoint)
-        assert spec.entrypoint_file == (Path(entrypoint.rpartition(":")[0]) if ".py:" in entrypoint else None)
+        file = entrypoint if entrypoint.endswith(".py") else entrypoint.rpartition(":")[0] if ".py:" in entrypoint else None
+        assert spec.entrypoint_file == (Path(file) if file else None)
+        assert spec.runs_program == (":" not in entrypoint)
     else:
         with pytest.raises(InvalidRecord, match="entrypoint: "):
             JobSpec(name="x", entrypoint=entrypoint)

@@ -598,6 +598,9 @@ def test_the_job_id_to_requeue_is_the_array_tasks_own():
 def test_describe_outcome_counts_restarts_and_says_how_to_resume(tmp_path):
     spec, run = make_run(tmp_path)
     assert describe_outcome(spec, run, Outcome("COMPLETED", 0, None, 1), 2.0) == [
+        "jaxlaunch: job units COMPLETED in 2.0 s; every rank exited 0 (the program set no result)"]
+    run.result_file.write_text("1")
+    assert describe_outcome(spec, run, Outcome("COMPLETED", 0, None, 1), 2.0) == [
         f"jaxlaunch: job units COMPLETED in 2.0 s; result: {run.result_file}"]
     assert describe_outcome(spec, run, Outcome("COMPLETED", 0, None, 3), 2.0)[0].endswith(
         f"COMPLETED in 2.0 s after 2 restart(s); result: {run.result_file}")
