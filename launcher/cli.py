@@ -76,13 +76,26 @@ def sweep_options(command):
                              "cartesian product. Overrides the spec's sweep: section per key.")(command)
 
 
+class _ProgramCommand(click.Command):
+    """A command that runs a spec, whose program may take options of its own: those go after `--`,
+    and an unknown option says so."""
+
+    def parse_args(self, ctx, args):
+        try:
+            return super().parse_args(ctx, args)
+        except click.NoSuchOption as error:
+            error.message += (f"\n  fix: options of the job's own program go after `--`: "
+                              f"jaxlaunch {ctx.info_name} SPEC -- {error.option_name} ...")
+            raise
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="jaxlaunch")
 def main():
     """Run a JAX job spec locally under mpirun, or on Slurm."""
 
 
-@main.command()
+@main.command(cls=_ProgramCommand)
 @spec_options(required=False)
 @sweep_options
 @click.option("--run-dir", type=click.Path(file_okay=False),
@@ -180,7 +193,7 @@ def render(spec, overrides, program_args, target, run_dir):
     click.echo(backend.plan(load_spec(spec, overrides, program_args=program_args), run_dir).describe(), nl=False, color=True)
 
 
-@main.command()
+@main.command(cls=_ProgramCommand)
 @spec_options
 @sweep_options
 @click.option("--run-dir", type=click.Path(file_okay=False),
