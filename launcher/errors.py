@@ -58,3 +58,8 @@ class JobFailedError(JobStateError):
         first = (failure or {}).get("first_failure") or {}
         self.rank = first.get("rank")
         self.remote_traceback = first.get("traceback")
+
+
+class NoResultError(JobStateError):
+    """`result()` of a job that COMPLETED without a result: a script or module entrypoint returns
+    none (it may set one with `launcher.context().set_result(value)`)."""

@@ -58,6 +58,19 @@ def plan_ranks(spec: JobSpec, target: str | Backend, run_dir: Path) -> list[Rank
     return rows
 
 
+def program_lines(spec: JobSpec) -> list[str]:
+    """What each rank runs, and the variables torchrun-style code reads (rank/bootstrap.py sets them)."""
+    from .spec.model import ENTRYPOINT_KINDS
+
+    kind = spec.entrypoint_kind
+    runs = f"runs {spec.entrypoint} ({kind}: {ENTRYPOINT_KINDS[kind]})"
+    if spec.runs_program:
+        runs += f" with argv {spec.args}"
+    return [runs, f"with torchrun's variables: RANK=<RANK> LOCAL_RANK=<LOCAL> WORLD_SIZE={spec.num_processes} "
+                  f"LOCAL_WORLD_SIZE={spec.processes_per_node} NODE_RANK=<NODE> GROUP_RANK=<NODE> "
+                  f"MASTER_ADDR:MASTER_PORT=JAX_COORDINATOR_ADDRESS=<rank 0's host>:<a free port, chosen at start>"]
+
+
 def resource_rows(spec: JobSpec) -> list[list]:
     per_node = [spec.processes_per_node, spec.processes_per_node * spec.devices_per_process,
                 spec.processes_per_node * spec.cpus_per_process, spec.gpus_per_node]
@@ -93,6 +106,7 @@ def format_explain(spec: JobSpec, target: str | Backend, run_dir: Path, problems
              f"{spec.devices_per_process} {spec.platform} device(s) = {spec.num_processes} ranks, "
              f"{spec.num_processes * spec.devices_per_process} devices; on {where}", "", table, "",
              "every rank also gets: " + " ".join(f"{k}={v}" for k, v in every.items()),
+             *program_lines(spec),
              *container_lines(spec, backend, run_dir, workdir or Path.cwd()), "",
              tabulate(resource_rows(spec), headers=["RESOURCES", "PROCESSES", "DEVICES", "CPUS", "GPUS"])]
     verdict = backend.fit_verdict(problems, warnings)

@@ -25,7 +25,7 @@ import time
 from abc import ABC, abstractmethod
 from pathlib import Path
 
-from ..errors import JobFailedError, UnknownJobError, UsageError
+from ..errors import JobFailedError, NoResultError, UnknownJobError, UsageError
 from ..rundir import RunDirectory
 from ..states import JobState, StatusRecord
 from ..supervisor.allocation import Allocation  # the in-job side of the seam (backends implement it)
@@ -135,11 +135,22 @@ class Job(ABC):
         from ..rundir.results import load_result
 
         state = self.wait(timeout)
+        if state == JobState.COMPLETED and self.run is not None and not self.run.result_file.exists() \
+                and self._runs_program():
+            raise NoResultError(f"job {self.id} COMPLETED (every rank exited 0), but it has no result: its entrypoint "
+                                f"is a script or module, which returns none. To give it one, call "
+                                f"launcher.context().set_result(value) in the program")
         if state != JobState.COMPLETED or self.run is None or not self.run.result_file.exists():
             failure = self.failure()
             why = f": {failure['summary']}" if failure else ""
             raise JobFailedError(f"job {self.id} has no result (state {state}){why}", state.value, failure)
         return load_result(self.run)
+
+    def _runs_program(self) -> bool:
+        try:
+            return self.run.read_spec().runs_program
+        except (OSError, ValueError):
+            return False
 
     def failure(self) -> dict | None:
         """failure.json: the root cause of a failed, timed-out or cancelled job (None if none)."""

@@ -185,7 +185,8 @@ def build_failure(*, state: str, reason: str, num_processes: int, rank_errors: l
         record.setdefault("traceback", None)
     ordered = sorted(failed.values(), key=lambda r: (r.get("time") or float("inf"), r["rank"]))
     first = ordered[0] if ordered else None
-    torn_down = sorted(set(range(num_processes)) - set(failed))
+    # A rank that had finished its entrypoint was not cut off by the teardown, only its MPI exit was.
+    torn_down = sorted(set(range(num_processes)) - set(failed) - set(finished_ranks))
     if first is not None and reason in ("failed", "left_early"):
         host = f" on {first['host']}" if first.get("host") else ""
         summary = f"rank {first['rank']}{host} failed first: {first.get('error') or 'see its log'}"

@@ -37,9 +37,26 @@ def reached_from(rules: dict, target: str) -> list[str]:
     return seen
 
 
+def runs_the_mpi_tier_through_jaxlaunch(words: list[str]) -> bool:
+    """`jaxlaunch run SPEC` where SPEC runs pytest (`entrypoint: pytest`) with --with-mpi on tests/mpi
+    on 2 processes: jaxlaunch starts them under mpirun (issue 32)."""
+    run = next((i for i, word in enumerate(words) if word.endswith("jaxlaunch") and words[i + 1:i + 2] == ["run"]),
+               None)
+    if run is None or len(words) < run + 3:
+        return False
+    from launcher.spec import load_spec
+
+    spec = load_spec(ROOT / words[run + 2])
+    return (spec.entrypoint == "pytest" and spec.num_processes == 2 and "--with-mpi" in spec.args
+            and any(a.rstrip("/") == "tests/mpi" for a in spec.args))
+
+
 def runs_the_mpi_tier_on_two_processes(line: str) -> bool:
-    """`mpirun -n 2 ... pytest --with-mpi ... tests/mpi` (also -np 2 / --np 2, options in between)."""
+    """`mpirun -n 2 ... pytest --with-mpi ... tests/mpi` (also -np 2 / --np 2, options in between),
+    or `jaxlaunch run` of a spec that does the same."""
     words = line.split()
+    if runs_the_mpi_tier_through_jaxlaunch(words):
+        return True
     mpirun = next((i for i, word in enumerate(words) if word == "mpirun" or word.endswith("/mpirun")), None)
     if mpirun is None:
         return False

@@ -261,3 +261,14 @@ def test_launcher_context_is_public_api():
 
     assert "context" in launcher.__all__ and callable(launcher.context)
     assert os.environ.get("RANK") is None or True  # the unit tier sets no rank variables of its own
+
+
+def test_explain_says_what_each_rank_runs_and_torchruns_variables(tmp_path):
+    from launcher.backends import get_backend
+    from launcher.explain import format_explain
+
+    script = write(tmp_path / "train.py", "")
+    spec = load_spec(script, ["processes_per_node=4"], program_args=["--lr", "1"])
+    text = format_explain(spec, get_backend("local"), tmp_path / "run")
+    assert f"runs {script} (script: a .py file run as __main__" in text and "with argv ['--lr', '1']" in text
+    assert "with torchrun's variables: RANK=<RANK> LOCAL_RANK=<LOCAL> WORLD_SIZE=4 LOCAL_WORLD_SIZE=4" in text

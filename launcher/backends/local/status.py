@@ -29,5 +29,7 @@ def local_run_row(job) -> list[str]:
     except (OSError, ValueError):
         failure = job.failure()
         summary = failure["summary"] if failure else ""
+        if not summary and status.state == "COMPLETED":  # a script or module: no value, its exit code
+            summary = "every rank exited 0; no result (a script or module)"
     return [shown_path(job.run_dir), str(job.state()), "" if seconds is None else f"{seconds:.1f} s",
             summary if len(summary) <= 60 else summary[:57] + "..."]
