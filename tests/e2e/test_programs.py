@@ -234,3 +234,35 @@ def test_context_in_a_script_reports_progress_and_sets_the_result(tmp_path):
     outside = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
     assert outside.returncode == 1
     assert "launcher.context() works only in a process jaxlaunch started" in outside.stderr
+
+
+def test_a_script_that_fails_its_first_attempt_is_restarted(tmp_path):
+    """max_restarts for a script as for a function: attempt 0 fails on rank 1 (JAXLAUNCH_ATTEMPT,
+    as launcher.context().attempt says), attempt 1 completes."""
+    script = tmp_path / "flaky.py"
+    script.write_text(
+        "import os, sys\n"
+        "import launcher\n"
+        "ctx = launcher.context()\n"
+        "assert ctx.attempt == int(os.environ['JAXLAUNCH_ATTEMPT'])\n"
+        "if ctx.attempt == 0 and ctx.rank == 1:\n"
+        "    raise RuntimeError('flaky node')\n"
+        "ctx.set_result({'attempt': ctx.attempt})\n")
+    result = jaxlaunch("run", script, "-n", "2", "--set", "max_restarts=1", "--run-dir", tmp_path / "run")
+    assert result.returncode == 0, result.stderr
+    assert "attempt 0 FAILED: rank 1 on" in result.stderr and "RuntimeError: flaky node" in result.stderr
+    assert json.loads(result.stdout) == {"attempt": 1}
+
+
+def test_a_scripts_own_background_thread_finishes_before_the_rank_exits(tmp_path):
+    """Python waits for non-daemon threads at exit (a script's background writer); so must the rank."""
+    script = tmp_path / "writer.py"
+    script.write_text(
+        "import os, threading, time\n"
+        "def write():\n"
+        "    time.sleep(1.0)\n"
+        "    open(os.path.join(os.environ['JAXLAUNCH_RUN_DIR'], f\"late-{os.environ['RANK']}.txt\"), 'w').write('ok')\n"
+        "threading.Thread(target=write).start()\n")
+    result = jaxlaunch("run", script, "-n", "2", "--run-dir", tmp_path / "run")
+    assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in (tmp_path / "run").glob("late-*.txt")) == ["late-0.txt", "late-1.txt"]
