@@ -1,15 +1,18 @@
 """Programs as entrypoints on the real local Slurm cluster (tests/slurm_cluster.py): an mpi4jax script
 run unchanged at 2 and 4 ranks, a script calling a bare jax.distributed.initialize() under both launch
-modes, and a script's sys.exit(3) on one rank failing the job with exit code 3.
+modes, and a script's sys.exit(3) on one rank failing the job with exit code 3; and a script with its own
+(JAX) preemption handler, preempted on 2 nodes, requeued and resumed bit for bit.
 
 The five jobs are submitted together (`jaxlaunch submit ... --wait` each, in the background) when the
 first test asks for them, and each test waits for its own: the file costs about as much as its slowest
-job, not the sum of them."""
+job, not the sum of them. The preemptible script's test submits its own job (~35 s: Slurm restarts a
+requeued job some 18 s after the requeue)."""
 
 import json
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -180,3 +183,75 @@ def test_a_scripts_sys_exit_3_on_rank_1_fails_the_job_with_exit_code_3(jobs):
     assert f"job {run.job_id} FAILED: rank 1 on node2 failed first: SystemExit: sys.exit(3) called" in shown.stdout, \
         shown.stdout
     assert "rank 0 done" in run.rank_log(0) and "rank 1 done" not in run.rank_log(1)
+
+
+PREEMPTIBLE = JOBS / "programs" / "preemptible_train.yaml"  # preemption_signal: SIGTERM; its own JAX handler
+PREEMPTIBLE_STEPS = 60
+
+
+def events_of(run_dir):
+    path = run_dir / "events.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_a_scripts_own_preemption_handler_hears_the_notice_as_sigterm_and_is_requeued_bit_identically(
+        slurm_env, tmp_path):
+    """jobs/programs/preemptible_train.yaml (orbax-style: JAX's preemption sync point, which listens for
+    SIGTERM) on 2 nodes: the notice sbatch --signal=B:USR2@T sends the batch step (the supervisor), given
+    with `scancel --batch --signal=USR2`, reaches both ranks as SIGTERM (preemption_signal); they save
+    checkpoint.npz at one agreed step and exit 0; jaxlaunch requeues the job (same id), which resumes from
+    that step and ends COMPLETED with a final.npy equal, byte for byte, to an uninterrupted run's (run
+    locally on 2 processes meanwhile: the same computation)."""
+    program = ["--", "--steps", PREEMPTIBLE_STEPS, "--step-seconds", "0.1"]
+    clean_dir = tmp_path / "clean"
+    clean = subprocess.Popen([JAXLAUNCH, "run", str(PREEMPTIBLE), "-n", "2", "--run-dir", str(clean_dir),
+                              *map(str, program)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    run = Submitted(slurm_env, tmp_path, "preempted", PREEMPTIBLE, "-N", "2", "-n", "1", "--set", "timeout=3m",
+                    *program, out=False)
+    job_id = None
+    try:
+        # The notice only once the program's jax.distributed.initialize() returned (only then is JAX's
+        # SIGTERM notifier listening), and a few of its 0.1 s steps in.
+        deadline = time.monotonic() + 90
+        while not any(e["event"] == "jax_distributed" for e in events_of(run.run_dir)):
+            assert run.process.poll() is None, run.wait().why()
+            assert time.monotonic() < deadline, f"jax.distributed never started: {events_of(run.run_dir)}"
+            time.sleep(0.1)
+        job_id = run.status()["job_id"]
+        time.sleep(1.5)
+        subprocess.run(["scancel", "--batch", "--signal=USR2", str(job_id)], env=slurm_env, check=True, timeout=30)
+        run.wait(timeout=150)
+        clean_err = clean.communicate(timeout=120)[1]
+    finally:
+        for process in (run.process, clean):
+            if process.poll() is None:  # a failure above: stop what this test started
+                process.kill()
+                process.wait(timeout=10)
+        if job_id is not None and run.process.returncode != 0:
+            subprocess.run(["scancel", str(job_id)], env=slurm_env, timeout=30, check=False)
+    assert clean.returncode == 0, clean_err
+    assert run.returncode == 0, run.why()
+    assert f"job {run.job_id}: COMPLETED" in run.stderr, run.why()
+    status = run.status()
+    out = (run.run_dir / f"slurm-{job_id}.out").read_text()  # --open-mode=append: both allocations' output
+    # requeues 0: the notice never stopped the program (it ran to its end), e.g. no SIGTERM reached JAX
+    assert (status["state"], status["requeues"], run.job_id) == ("COMPLETED", 1, job_id), (status, out)
+    timeline = events_of(run.run_dir)
+    attempts = [e for e in timeline if e["event"] == "attempt_ended"]
+    assert [e["state"] for e in attempts] == ["PREEMPTED", "COMPLETED"], timeline
+    assert [e["event"] for e in timeline].count("requeue") == 1, timeline
+    stopped = next(e for e in timeline if e["event"] == "stopped")
+    assert stopped["at_agreed_point"] and stopped["sources"] == ["supervisor"], stopped
+    first = {rank: (run.run_dir / "logs" / "attempt-0" / f"rank-{rank}.log").read_text() for rank in range(2)}
+    for rank, log in first.items():
+        assert "SIGTERM caught" in log, log  # JAX's notifier heard the notice: preemption_signal delivered it
+        assert "finished" not in log, log
+    saved = [int(line.rsplit(" ", 1)[1]) for log in first.values() for line in log.splitlines()
+             if "preempted: saved step " in line]
+    assert len(saved) == 2 and saved[0] == saved[1], first  # both ranks stopped at the one agreed step
+    step = saved[0]
+    assert 0 < step < PREEMPTIBLE_STEPS, first
+    for rank in range(2):  # the requeued attempt's logs
+        log = run.rank_log(rank)
+        assert f"resumed from step {step}\n" in log and f"finished {PREEMPTIBLE_STEPS} steps" in log, log
+    assert (run.run_dir / "final.npy").read_bytes() == (clean_dir / "final.npy").read_bytes()
