@@ -202,8 +202,12 @@ class Supervisor:
         self.notice_sent = True
         self.channel.send_preempt_notice(PreemptNotice(NOTICE_SIGNAL.name, self.notice_time))
         self.run.log_event("notice", source="supervisor", signal=NOTICE_SIGNAL.name, received=self.notice_time)
-        self.echo(f"jaxlaunch: {NOTICE_SIGNAL.name} received: asking the ranks to checkpoint and stop "
-                  f"(at their next ctx.should_stop())")
+        how = "at their next ctx.should_stop()"
+        if self.spec.preemption_signal:
+            how += f", and to the program's own handler as {self.spec.preemption_signal} (preemption_signal)"
+        elif self.spec.runs_program:
+            how += ", which the program sees only through launcher.context(); preemption_signal is unset"
+        self.echo(f"jaxlaunch: {NOTICE_SIGNAL.name} received: asking the ranks to checkpoint and stop ({how})")
 
     # --- after a preemption notice ------------------------------------------------------------
 
