@@ -5,6 +5,7 @@ A page asks for a generated part with an HTML comment on a line of its own:
     <!-- generated: spec -->                 every spec key: type, default, description (launcher/spec/model.py)
     <!-- generated: status -->               status.json's fields, with the comment beside each (launcher/states.py)
     <!-- generated: events -->               every event name written to events.jsonl, and where
+    <!-- generated: entrypoints -->          the four kinds of entrypoint (launcher/spec/model.py)
     <!-- docstring: launcher.rundir -->      a module's (or a function's) docstring, as written
 
 The figures the benchmark jobs write into jobs/ (jobs/*.png) are served from there, not copied: a
@@ -56,6 +57,11 @@ def spec_rows() -> list[tuple[str, str, str, str]]:
     return rows
 
 
+def _dunder_code(text: str) -> str:
+    """`__main__` in backticks where a description writes it bare: Markdown reads `__x__` as bold x."""
+    return re.sub(r"(?<![`\w])__(\w+?)__(?![`\w])", r"`__\1__`", text)
+
+
 def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
@@ -73,7 +79,7 @@ def spec_reference() -> str:
     for prefix, record in SPEC_KEYS.items():
         title = "Top level" if not prefix else f"The `{'.'.join(prefix)}:` section"
         parts += [f"### {title}", "", "| key | type | default | description |", "|---|---|---|---|"]
-        parts += [f"| `{key}` | {_cell(kind)} | {_cell(default)} | {_cell(description)} |"
+        parts += [f"| `{key}` | {_cell(kind)} | {_cell(default)} | {_cell(_dunder_code(description))} |"
                   for key, kind, default, description in spec_rows()
                   if tuple(key.split(".")[:-1]) == prefix]
         parts.append("")
@@ -201,7 +207,29 @@ def docstring_markdown(text: str) -> str:
     return "\n".join(out)
 
 
-GENERATORS = {"spec": spec_reference, "status": status_reference, "events": events_reference}
+# An example of each kind of entrypoint the model knows (launcher/spec/model.py's ENTRYPOINT_KINDS).
+# A kind added there without an example here fails the build, as does an example the model reads
+# as another kind.
+ENTRYPOINT_EXAMPLES = {"script": ["train.py", "tools/solve.py"], "module": ["pkg.train", "pytest"],
+                       "file.py:function": ["train.py:main"], "module:function": ["pkg.train:main"]}
+
+
+def entrypoints_reference() -> str:
+    """The four kinds of entrypoint: an example of each, and what a rank does with it."""
+    from launcher.spec.model import ENTRYPOINT_KINDS, entrypoint_kind
+
+    rows = ["| `entrypoint:` | kind | what every rank does |", "|---|---|---|"]
+    for kind, description in ENTRYPOINT_KINDS.items():
+        examples = ENTRYPOINT_EXAMPLES[kind]
+        wrong = [example for example in examples if entrypoint_kind(example) != kind]
+        assert not wrong, f"docs/hooks.py: {wrong} is not a {kind} entrypoint for the spec model"
+        rows.append(f"| {', '.join(f'`{example}`' for example in examples)} | {_cell(kind)} | "
+                    f"{_cell(_dunder_code(description))} |")
+    return "\n".join(rows)
+
+
+GENERATORS = {"spec": spec_reference, "status": status_reference, "events": events_reference,
+              "entrypoints": entrypoints_reference}
 
 
 def on_page_markdown(markdown, page, config, files):
