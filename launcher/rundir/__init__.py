@@ -14,8 +14,9 @@ Layout (the same for local runs and Slurm jobs):
     checkpoints/step-N/ what ctx.checkpoints.save wrote (launcher/rank/checkpoints/)
     metrics.jsonl       ctx.report's progress: rank 0's metrics and every rank's step time (appended)
     events.jsonl        the run's timeline: notices, checkpoints, requeues, resumes
-    result.json         what the entrypoint returned on rank 0 (arrays in result.npz; what JSON cannot
-                        hold in result.pkl, signed in result.pkl.sig: launcher/rundir/results.py)
+    result.json         what the entrypoint returned on rank 0, or what a script gave set_result() (arrays
+                        in result.npz; what JSON cannot hold in result.pkl, signed in result.pkl.sig:
+                        launcher/rundir/results.py); a script that set none has no result.json
     preflight.json      every rank's software and devices, compared at start (launcher/rank/preflight.py)
     environment.json    what ran: Python, packages, the job folder's git commit (git.diff: its
                         uncommitted changes); code/: the job's code, with snapshot: true (provenance.py)

@@ -228,6 +228,10 @@ def _check_consistency(spec: JobSpec) -> list[tuple[tuple, str]]:
                          "pyxis starts containers only through srun: in mpirun mode mpirun would run inside one "
                          "pyxis container and cannot start ranks on the other nodes (NVIDIA/pyxis#164); "
                          "set slurm.launch: srun"))
+    if spec.args and not spec.runs_program:  # also `-- ARG...`: it would be dropped without a word
+        problems.append((("args",), f"args are a script's or module's argv, and the entrypoint {spec.entrypoint!r} "
+                                    f"is a function: it gets ctx.params instead; pass the values in params, or "
+                                    f"make the entrypoint a script"))
     return problems
 
 

@@ -272,3 +272,11 @@ def test_explain_says_what_each_rank_runs_and_torchruns_variables(tmp_path):
     text = format_explain(spec, get_backend("local"), tmp_path / "run")
     assert f"runs {script} (script: a .py file run as __main__" in text and "with argv ['--lr', '1']" in text
     assert "with torchrun's variables: RANK=<RANK> LOCAL_RANK=<LOCAL> WORLD_SIZE=4 LOCAL_WORLD_SIZE=4" in text
+
+
+def test_args_for_a_function_entrypoint_are_refused_not_dropped(tmp_path):
+    write(tmp_path / "job.py", "def main(ctx):\n    return 1\n")
+    spec_file = write(tmp_path / "job.yaml", "name: x\nentrypoint: job.py:main\n")
+    with pytest.raises(SpecError, match=r"args: args are a script's or module's argv, and the entrypoint "
+                                        r"'job\.py:main' is a function: it gets ctx\.params instead"):
+        load_spec(spec_file, program_args=["--lr", "1"])
