@@ -1,8 +1,9 @@
-"""Every command the local tutorials show runs, in order, under mpirun, and prints what the page shows
-after it (tests/doc_pages.py); the containers tutorial too, in the image the container tests build.
-The Slurm tutorial runs in tests/slurm/test_docs_slurm.py; the site and the pages' snippets are
-checked in tests/unit/test_docs.py."""
+"""Every command the local tutorials (and the how-to pages in HOW_TO_PAGES) show runs, in order, under
+mpirun, and prints what the page shows after it (tests/doc_pages.py); the containers tutorial too, in
+the image the container tests build. The Slurm tutorial runs in tests/slurm/test_docs_slurm.py; the
+site and the pages' snippets are checked in tests/unit/test_docs.py."""
 
+import re
 import shutil
 
 import pytest
@@ -10,17 +11,30 @@ import pytest
 from conftest import ROOT
 from doc_pages import LOCAL_PAGES, check_output_snippet, console_commands, run_page, split_transcript
 
+# Run like LOCAL_PAGES, with what each must print; a file such a page shows under a plain name
+# (```python title="handler.py"```) is written by one of its commands, and must be what the page shows.
+HOW_TO_PAGES = {
+    "how-to/existing-programs.md": ["integral of u", "11 passed", "exit code 5", "FAILED test_allreduce.py",
+                                    "this call does nothing", "stopped with exit code 75", "identical",
+                                    "notice: saving at step", "ctx.rank 3 of 4", "TIMEOUT", "exit code 124"],
+}
+PAGES = {**LOCAL_PAGES, **HOW_TO_PAGES}
+WRITTEN_FILE = re.compile(r'^```\w+ title="([^"/]+)"\n(.*?)^```', re.M | re.S)
+
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("page", sorted(LOCAL_PAGES))
+@pytest.mark.parametrize("page", sorted(PAGES))
 def test_every_command_a_local_tutorial_shows_runs(page, tmp_path):
     commands = console_commands(ROOT / "docs" / page)
     assert commands, f"{page} shows no commands"
     done = run_page(ROOT / "docs" / page, tmp_path)
     print(done.stdout[-6000:])
     assert done.returncode == 0, f"{page}: a command failed:\n{done.stdout[-4000:]}"
-    for expected in LOCAL_PAGES[page]:
+    for expected in PAGES[page]:
         assert expected in done.stdout, f"{page}: {expected!r} not in the output"
+    for name, shown in WRITTEN_FILE.findall((ROOT / "docs" / page).read_text()):
+        assert (tmp_path / name).exists(), f"{page} shows {name}, and no command of it writes it"
+        assert (tmp_path / name).read_text() == shown, f"{page} shows another {name} than its commands write"
     check_output_snippet(page, split_transcript(done.stdout), tmp_path)
 
 

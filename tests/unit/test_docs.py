@@ -25,6 +25,9 @@ import hooks  # noqa: E402  (docs/hooks.py: the generators the site uses)
 
 from launcher.spec.model import SPEC_KEYS  # noqa: E402
 
+# The pages whose commands run with their output shown: doc_pages.OUTPUT_PAGES, and the how-to that
+# tests/e2e/test_docs_tutorials.py runs besides them (its HOW_TO_PAGES).
+SHOWN_OUTPUT_PAGES = [*OUTPUT_PAGES, "how-to/existing-programs.md"]
 MKDOCS = Path(sys.executable).parent / "mkdocs"
 needs_mkdocs = pytest.mark.skipif(not MKDOCS.exists(), reason="the docs extra is not installed (pip install -e '.[docs]')")
 
@@ -189,7 +192,7 @@ def test_the_readme_is_short_and_its_links_resolve():
         assert command in readme
 
 
-@pytest.mark.parametrize("page", OUTPUT_PAGES)
+@pytest.mark.parametrize("page", SHOWN_OUTPUT_PAGES)
 def test_each_command_a_tutorial_shows_is_followed_by_its_output(page):
     """Each `$ ` line of the page's console blocks is followed by the include of its section of the
     output snippet, which holds those commands' output (the tests that run the page check it)."""
@@ -205,7 +208,7 @@ def test_each_command_a_tutorial_shows_is_followed_by_its_output(page):
 
 @needs_mkdocs
 def test_the_built_tutorials_show_each_commands_output(site):
-    for page in OUTPUT_PAGES:
+    for page in SHOWN_OUTPUT_PAGES:
         shown = "\n".join(_pre_texts((site / page.removesuffix(".md") / "index.html").read_text()))
         for command, lines in parse_output_file(output_file(page).read_text()):
             assert f"$ {command}" in shown, f"{page}: `{command}` is not shown"
