@@ -22,16 +22,6 @@ from .program import JOB_MODULE_PREFIX, load_entrypoint  # noqa: F401  (also re-
 from .topology import node_name
 
 
-def start_jax_distributed(jax, comm, platform: str, timeout: int = 900) -> float:
-    """jax.distributed.initialize with its coordinator found through MPI (jax_runtime.py): rank 0
-    picks a free port and broadcasts host:port, bound to the address the ranks use. Every
-    process gets `timeout` seconds to connect. Returns the seconds it took."""
-    from .jax_runtime import coordinator_address
-    from .jax_runtime import start_jax_distributed as start
-
-    return start(jax, coordinator_address(comm), comm.Get_size(), comm.Get_rank(), platform, timeout)
-
-
 def program_environment(topology, coordinator: str, spec_env: dict) -> dict[str, str]:
     """The variables torchrun-style code reads (torchrun sets the same names), and JAX's
     coordinator address: RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, NODE_RANK, GROUP_RANK,
@@ -210,7 +200,7 @@ def main() -> None:
         if rank == 0:
             run.log_event("main_started", attempt=int(os.environ.get(ATTEMPT_ENV, "0")))  # start-up ends here
         started = time.perf_counter()
-        value = NO_RESULT
+        value = None
         try:
             if spec.runs_program:
                 run_program(spec.entrypoint, spec.entrypoint_kind, spec.args, code)
@@ -218,15 +208,14 @@ def main() -> None:
                 value = function(ctx)
         except SystemExit as exc:
             if not succeeded(exc):
-                raise
-            value = NO_RESULT  # sys.exit(0) ends the entrypoint successfully, like a return
-        if value is NO_RESULT or (value is None and "value" in _RESULT):
-            value = _RESULT.get("value", None if not spec.runs_program else NO_RESULT)
+                raise  # sys.exit(0) ends the entrypoint successfully, like a return
+        if value is None:  # what set_result() gave; a program that set none has no result at all
+            value = _RESULT.get("value", NO_RESULT if spec.runs_program else None)
         # Let asynchronously dispatched mpi4jax calls finish before exit (mpi4jax issue #22).
         collectives = sys.modules.get("launcher.rank.collectives")
         if collectives:
             collectives.wait_pending()
-        elif "jax" in sys.modules and context_built():
+        elif "jax" in sys.modules:  # a program's own mpi4jax calls too (starts no backend)
             sys.modules["jax"].effects_barrier()
         if context_built():
             from .context import context

@@ -74,6 +74,23 @@ class Outcome:
     restarts: int | None = None  # restarts after a failure in this launch (None: attempts - 1)
 
 
+def ended_well(dones: list[dict], spec: JobSpec, has_result: bool) -> JobState | None:
+    """The state of an attempt whose launcher exited 0, from the ranks' done records: PREEMPTED
+    when they stopped after a notice (a checkpoint written), COMPLETED when every rank finished;
+    None when not every rank said it was done (then it failed). A function's ranks stop together
+    at should_stop(); a script or module got the notice as its signal, which its own handler may
+    have acted on at any rank. A function's result is its return value (rank 0 writes it last);
+    a program has none."""
+    if len(dones) != spec.num_processes:
+        return None
+    stopped = any if spec.runs_program else all
+    if stopped(d.get("stopped") for d in dones):
+        return JobState.PREEMPTED
+    if spec.runs_program or has_result:
+        return JobState.COMPLETED
+    return None
+
+
 def _program_exit_code(failure: dict | None) -> int | None:
     """A script's or module's own exit code, when its sys.exit(N) failed the job (pytest's 1 for
     failed tests, 2 for a usage error...), as `python FILE` would have exited."""
@@ -320,16 +337,10 @@ class Supervisor:
         reader.join(timeout=5)
         kill_job_processes(self.run.path)
 
-        dones = self.channel.done()
-        every_rank_done = stop_reason is None and process.returncode == 0 and len(dones) == self.spec.num_processes
-        # A function's ranks stop together at should_stop(); a script or module got the notice
-        # as its signal, which its own handler may have acted on at any rank.
-        stopped = any if self.spec.runs_program else all
-        if every_rank_done and stopped(d.get("stopped") for d in dones):
-            return JobState.PREEMPTED, None, None  # the ranks stopped after a notice, checkpoint written
-        # A function's result is its return value (rank 0 writes it last); a program has none.
-        if every_rank_done and (self.spec.runs_program or self.run.result_file.exists()):
-            return JobState.COMPLETED, None, None
+        if stop_reason is None and process.returncode == 0:
+            ended = ended_well(self.channel.done(), self.spec, self.run.result_file.exists())
+            if ended is not None:
+                return ended, None, None
         state = STOP_STATES.get(stop_reason, JobState.FAILED)
         failure = self._failure(state, stop_reason, detail, process.returncode, list(launcher_lines),
                                 first_launcher_line[0] if first_launcher_line else time.time(), attempt)

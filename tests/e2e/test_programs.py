@@ -24,6 +24,14 @@ def failure_of(run_dir: Path) -> dict:
     return json.loads((run_dir / "failure.json").read_text())
 
 
+def run_script(tmp_path: Path, name: str, source: str, *options):
+    """Write `source` as the script `name` and `jaxlaunch run` it on 2 ranks; (result, run dir)."""
+    script = tmp_path / name
+    script.write_text(source)
+    run_dir = tmp_path / "run"
+    return jaxlaunch("run", script, "-n", "2", *options, "--run-dir", run_dir), run_dir
+
+
 def test_mpi4jax_program_runs_unchanged_at_2_and_4_ranks(tmp_path):
     """MPI.COMM_WORLD at import, argparse on sys.argv, sys.exit(0) on every rank: COMPLETED, exit
     code 0, the arguments after `--` reached it, and the answer does not depend on the rank count
@@ -218,14 +226,14 @@ def test_script_that_hangs_is_stopped_by_timeout_with_its_stack(tmp_path):
 def test_context_in_a_script_reports_progress_and_sets_the_result(tmp_path):
     """launcher.context() in a script: params, report() (progress in metrics.jsonl), set_result()
     (result.json, printed like a function's return value). Outside jaxlaunch it says so."""
-    script = tmp_path / "with_context.py"
-    script.write_text(
+    result, _ = run_script(
+        tmp_path, "with_context.py",
         "import launcher\n"
         "ctx = launcher.context()\n"
         "for step in range(3):\n"
         "    ctx.report(step, total=3, loss=1.0 / (step + 1))\n"
         "ctx.set_result({'size': ctx.size, 'rank0_device': str(ctx.local_devices[0])})\n")
-    result = jaxlaunch("run", script, "-n", "2", "--run-dir", tmp_path / "run")
+    script = tmp_path / "with_context.py"
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout) == {"size": 2, "rank0_device": "cpu:0"}
     assert json.loads((tmp_path / "run" / "result.json").read_text())["size"] == 2
@@ -239,16 +247,15 @@ def test_context_in_a_script_reports_progress_and_sets_the_result(tmp_path):
 def test_a_script_that_fails_its_first_attempt_is_restarted(tmp_path):
     """max_restarts for a script as for a function: attempt 0 fails on rank 1 (JAXLAUNCH_ATTEMPT,
     as launcher.context().attempt says), attempt 1 completes."""
-    script = tmp_path / "flaky.py"
-    script.write_text(
+    result, _ = run_script(
+        tmp_path, "flaky.py",
         "import os, sys\n"
         "import launcher\n"
         "ctx = launcher.context()\n"
         "assert ctx.attempt == int(os.environ['JAXLAUNCH_ATTEMPT'])\n"
         "if ctx.attempt == 0 and ctx.rank == 1:\n"
         "    raise RuntimeError('flaky node')\n"
-        "ctx.set_result({'attempt': ctx.attempt})\n")
-    result = jaxlaunch("run", script, "-n", "2", "--set", "max_restarts=1", "--run-dir", tmp_path / "run")
+        "ctx.set_result({'attempt': ctx.attempt})\n", "--set", "max_restarts=1")
     assert result.returncode == 0, result.stderr
     assert "attempt 0 FAILED: rank 1 on" in result.stderr and "RuntimeError: flaky node" in result.stderr
     assert json.loads(result.stdout) == {"attempt": 1}
@@ -256,13 +263,12 @@ def test_a_script_that_fails_its_first_attempt_is_restarted(tmp_path):
 
 def test_a_scripts_own_background_thread_finishes_before_the_rank_exits(tmp_path):
     """Python waits for non-daemon threads at exit (a script's background writer); so must the rank."""
-    script = tmp_path / "writer.py"
-    script.write_text(
+    result, run_dir = run_script(
+        tmp_path, "writer.py",
         "import os, threading, time\n"
         "def write():\n"
         "    time.sleep(1.0)\n"
         "    open(os.path.join(os.environ['JAXLAUNCH_RUN_DIR'], f\"late-{os.environ['RANK']}.txt\"), 'w').write('ok')\n"
         "threading.Thread(target=write).start()\n")
-    result = jaxlaunch("run", script, "-n", "2", "--run-dir", tmp_path / "run")
     assert result.returncode == 0, result.stderr
-    assert sorted(p.name for p in (tmp_path / "run").glob("late-*.txt")) == ["late-0.txt", "late-1.txt"]
+    assert sorted(p.name for p in run_dir.glob("late-*.txt")) == ["late-0.txt", "late-1.txt"]

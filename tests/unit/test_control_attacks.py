@@ -310,7 +310,7 @@ class _Comm:
 
 
 def _coordinator_of(comm, monkeypatch, bind_env=None):
-    from launcher.rank import bootstrap
+    from launcher.rank.jax_runtime import coordinator_address, start_jax_distributed
 
     calls = []
 
@@ -325,7 +325,7 @@ def _coordinator_of(comm, monkeypatch, bind_env=None):
         monkeypatch.delenv("JAX_COORDINATOR_BIND_ADDRESS", raising=False)
     else:
         monkeypatch.setenv("JAX_COORDINATOR_BIND_ADDRESS", bind_env)
-    bootstrap.start_jax_distributed(FakeJax, comm, "cpu", 60)
+    start_jax_distributed(FakeJax, coordinator_address(comm), comm.Get_size(), comm.Get_rank(), "cpu", 60)
     return calls[0]
 
 

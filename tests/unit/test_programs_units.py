@@ -280,3 +280,21 @@ def test_args_for_a_function_entrypoint_are_refused_not_dropped(tmp_path):
     with pytest.raises(SpecError, match=r"args: args are a script's or module's argv, and the entrypoint "
                                         r"'job\.py:main' is a function: it gets ctx\.params instead"):
         load_spec(spec_file, program_args=["--lr", "1"])
+
+
+def test_an_attempt_ends_preempted_or_completed_by_its_entrypoints_kind():
+    """A function's ranks stop together (all), a program's handler may act on any rank; a program
+    completes without a result, a function needs rank 0's."""
+    from launcher.spec import JobSpec
+    from launcher.supervisor.supervise import ended_well
+
+    program = JobSpec(name="x", entrypoint="train.py", processes_per_node=2)
+    function = JobSpec(name="x", entrypoint="m:f", processes_per_node=2)
+    one_stopped = [{"rank": 0, "stopped": {"signal": "SIGTERM"}}, {"rank": 1, "stopped": None}]
+    both_ran = [{"rank": 0}, {"rank": 1}]
+    assert ended_well(one_stopped, program, has_result=False) == "PREEMPTED"
+    assert ended_well(one_stopped, function, has_result=True) == "COMPLETED"
+    assert ended_well([{**d, "stopped": {"call": 3}} for d in both_ran], function, has_result=False) == "PREEMPTED"
+    assert ended_well(both_ran, program, has_result=False) == "COMPLETED"
+    assert ended_well(both_ran, function, has_result=False) is None  # rank 0 wrote no result
+    assert ended_well(both_ran[:1], program, has_result=False) is None  # rank 1 never said it was done

@@ -447,7 +447,7 @@ def test_a_section_takes_its_own_record_or_a_mapping_only():
 def test_jax_distributed_timeout_is_a_duration_passed_to_jax(write_spec, monkeypatch):
     spec = load_spec(write_spec("name: x\nentrypoint: m:f\njax_distributed: true\njax_distributed_timeout: 20m\n"))
     assert spec.jax_distributed_timeout == 1200
-    from launcher.rank import bootstrap
+    from launcher.rank.jax_runtime import coordinator_address, start_jax_distributed
 
     calls = []
 
@@ -471,5 +471,7 @@ def test_jax_distributed_timeout_is_a_duration_passed_to_jax(write_spec, monkeyp
         def allgather(self, value):
             return [value]
 
-    bootstrap.start_jax_distributed(FakeJax, OneProcess(), "cpu", spec.jax_distributed_timeout)
+    comm = OneProcess()
+    start_jax_distributed(FakeJax, coordinator_address(comm), comm.Get_size(), comm.Get_rank(), "cpu",
+                          spec.jax_distributed_timeout)
     assert calls[0]["initialization_timeout"] == 1200 and calls[0]["num_processes"] == 1
