@@ -30,6 +30,8 @@ Rank N -> supervisor (the first line is hello: its rank and the secret):
                 the supervisor checks it against the ranks that have left main
     abort       AbortRequest: stop the job (a collective past collective_timeout)
     notice      NoticeSeen: a preemption notice reached this rank (and how)
+    phase       PhaseChange: its main thread started or stopped compiling or a checkpoint save or
+                restore (the hang watchdog does not count compiling and allows a checkpoint longer)
     state       RankState: where the rank was when asked to stop (the hang report)
     done        RankDone: its entrypoint returned, after this many launcher collectives
 """
@@ -42,7 +44,7 @@ from dataclasses import asdict, dataclass, field
 MAX_LINE = 1 << 20          # a message longer than this is a protocol error
 HELLO_BYTES = 4096          # what a connection may send before its hello is accepted (a hello is ~80)
 HELLO_SECONDS = 10.0        # a connection must say hello within this long
-RANK_KINDS = ("started", "waiting", "abort", "notice", "state", "done", "progress")
+RANK_KINDS = ("started", "waiting", "abort", "notice", "state", "done", "progress", "phase")
 
 
 @dataclass
@@ -95,6 +97,13 @@ class AbortRequest:
 
 
 @dataclass
+class PhaseChange:
+    rank: int
+    phase: str | None       # compiling, checkpoint, or None (back to the job's own work)
+    time: float
+
+
+@dataclass
 class NoticeSeen:
     rank: int
     sources: list[str]      # SIGUSR2, SIGTERM, supervisor
@@ -115,6 +124,7 @@ MESSAGE_FIELDS: dict[str, dict[str, tuple]] = {
     "state": {"time": NUMBER, "reason": (str,)},
     "done": {"collectives": (int,), "time": NUMBER},
     "progress": {},
+    "phase": {"time": NUMBER},
 }
 
 
@@ -122,7 +132,8 @@ OPTIONAL_FIELDS: dict[str, dict[str, tuple]] = {
     "abort": {"host": (str,), "collective": (dict,), "culprit": (int, type(None))},
     "notice": {"time": (int, float, type(None))},
     "state": {"host": (str,), "where": (str, type(None)), "collectives_started": (int,),
-              "collectives_completed": (int,), "waiting_in": (dict, type(None))},
+              "collectives_completed": (int,), "waiting_in": (dict, type(None)), "place": (dict,)},
+    "phase": {"phase": (str, type(None))},
     "done": {"stopped": (dict, type(None))},
 }
 

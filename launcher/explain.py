@@ -46,7 +46,8 @@ def plan_ranks(spec: JobSpec, target: str | Backend, run_dir: Path) -> list[Rank
     placement = _backend(target).placement(spec)
     for rank in range(spec.num_processes):
         node, local = divmod(rank, spec.processes_per_node)
-        device_env = device_environment(spec.platform, d, local, dict(placement.node_env))
+        device_env = device_environment(spec.platform, d, local, {**placement.node_env, **spec.env},
+                                        spec.hang_timeout)
         if spec.platform == "cpu":
             devices = f"{d} host device{'s' if d > 1 else ''}"
         else:
@@ -69,6 +70,17 @@ def program_lines(spec: JobSpec) -> list[str]:
     return [runs, f"with torchrun's variables: RANK=<RANK> LOCAL_RANK=<LOCAL> WORLD_SIZE={spec.num_processes} "
                   f"LOCAL_WORLD_SIZE={spec.processes_per_node} NODE_RANK=<NODE> GROUP_RANK=<NODE> "
                   f"MASTER_ADDR:MASTER_PORT=JAX_COORDINATOR_ADDRESS=<rank 0's host>:<a free port, chosen at start>"]
+
+
+def watchdog_lines(spec: JobSpec) -> list[str]:
+    """The limits that stop a hung job, as in force (defaults included)."""
+    from .supervisor.watchdog import describe_setting, format_seconds
+
+    collective = (format_seconds(spec.collective_timeout) if spec.collective_timeout
+                  else "off (collective_timeout: null)")
+    timeout = format_seconds(spec.timeout) if spec.timeout else "none"
+    return [f"hang watchdog: {describe_setting(spec.hang_timeout)}",
+            f"a launcher collective may wait {collective}; the whole job may run {timeout} (timeout)"]
 
 
 def resource_rows(spec: JobSpec) -> list[list]:
@@ -106,7 +118,7 @@ def format_explain(spec: JobSpec, target: str | Backend, run_dir: Path, problems
              f"{spec.devices_per_process} {spec.platform} device(s) = {spec.num_processes} ranks, "
              f"{spec.num_processes * spec.devices_per_process} devices; on {where}", "", table, "",
              "every rank also gets: " + " ".join(f"{k}={v}" for k, v in every.items()),
-             *program_lines(spec),
+             *program_lines(spec), *watchdog_lines(spec),
              *container_lines(spec, backend, run_dir, workdir or Path.cwd()), "",
              tabulate(resource_rows(spec), headers=["RESOURCES", "PROCESSES", "DEVICES", "CPUS", "GPUS"])]
     verdict = backend.fit_verdict(problems, warnings)

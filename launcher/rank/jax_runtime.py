@@ -65,6 +65,42 @@ def start_jax_distributed(jax, address: str, size: int, rank: int, platform: str
     return time.perf_counter() - started
 
 
+# jax.distributed.shutdown() waits for every process (JAX's own limit is 300 s, and a process that
+# never arrives, or a coordinator already gone, can hold it longer): a rank whose work is done
+# gives it this long, then exits without it (Marin's lesson: shut down cleanly, but never hang on it).
+SHUTDOWN_SECONDS = 60.0
+
+
+def shutdown_jax_distributed(timeout: float = SHUTDOWN_SECONDS) -> float | None:
+    """After a successful entrypoint: jax.distributed.shutdown() on this rank, within `timeout`
+    seconds. Returns the seconds it took; None when the runtime was not running. On timeout it is
+    abandoned (logged), and the rank's exit skips the exit handlers, where JAX would wait again."""
+    jax = sys.modules.get("jax")
+    if jax is None or not jax.distributed.is_initialized():
+        return None
+    import threading
+
+    started = time.perf_counter()
+    done = threading.Event()
+
+    def shut_down():
+        try:
+            jax.distributed.shutdown()
+        except Exception as exc:  # noqa: BLE001  (a peer gone first: nothing left to shut down)
+            logger.warning("jax.distributed.shutdown() failed: %s", exc)
+        done.set()
+
+    threading.Thread(target=shut_down, name="jaxlaunch-jax-shutdown", daemon=True).start()
+    if not done.wait(timeout):
+        global SHUTDOWN_ABANDONED
+        SHUTDOWN_ABANDONED = True
+        logger.warning("jax.distributed.shutdown() did not return within %g s; this rank exits without it", timeout)
+    return time.perf_counter() - started
+
+
+SHUTDOWN_ABANDONED = False  # read by bootstrap.fast_exit: then no exit handlers (JAX's would wait again)
+
+
 class InitializeAnswer:
     """What `jax.distributed.initialize` does in a rank once wrapped (see the module's doc).
 

@@ -23,6 +23,8 @@ turns True at once (a job that checks it checkpoints and returns), and ORPHAN_EX
 rank dumps its stacks and exits.
 
 The collective tracker (tracker.py) is the hot path every launcher collective passes through.
+Where the main thread is (compiling, in a checkpoint, waiting in XLA...) is read from its stack
+(stacks.py): the supervisor's hang watchdog and roll-call use it.
 """
 
 from __future__ import annotations
@@ -30,15 +32,14 @@ from __future__ import annotations
 import faulthandler
 import os
 import signal
-import sys
 import threading
 import time
-from pathlib import Path
 
-from ..channel import AbortRequest, NoticeSeen, RankDone, RankStarted, RankWaiting
+from ..channel import AbortRequest, NoticeSeen, PhaseChange, RankDone, RankStarted, RankWaiting
 from .channel import ControlClient
 from . import preemption
 from .progress import FLUSH_SECONDS, ProgressReporter
+from . import stacks
 from .topology import node_name
 from .tracker import TRACKER, CollectiveTracker  # noqa: F401  (CollectiveTracker: for callers of this module)
 
@@ -50,35 +51,6 @@ EARLY_EXIT_GRACE_SECONDS = 1.0
 ORPHAN_EXIT_SECONDS = 15.0
 EXIT_ORPHANED = 75
 DUMP_SIGNAL = signal.SIGQUIT
-
-
-def _is_own_code(filename: str) -> bool:
-    """True for the job's files: not jaxlaunch, not the standard library, not an installed package."""
-    if filename.startswith("<"):
-        return False
-    path = os.path.abspath(filename)
-    launcher_dir = str(Path(__file__).resolve().parent.parent)
-    if path.startswith(launcher_dir + os.sep):
-        return False
-    for prefix in {sys.prefix, sys.base_prefix, sys.exec_prefix}:
-        if path.startswith(os.path.join(prefix, "lib") + os.sep):
-            return False
-    return "site-packages" not in path and "dist-packages" not in path
-
-
-def where_is(thread_id: int) -> str:
-    """'file.py:LINE in FUNCTION' for the innermost frame of the job's own code in that thread,
-    else the innermost frame at all."""
-    frame = sys._current_frames().get(thread_id)
-    innermost = None
-    while frame is not None:
-        code = frame.f_code
-        text = f"{code.co_filename}:{frame.f_lineno} in {code.co_name}"
-        innermost = innermost or text
-        if _is_own_code(code.co_filename):
-            return text
-        frame = frame.f_back
-    return innermost or "(no Python frame)"
 
 
 class RankMonitor:
@@ -97,6 +69,7 @@ class RankMonitor:
         self.requested_abort = False
         self.reported_notice = False
         self.reported_wait: int | None = None  # the collective we last told the supervisor about
+        self.phase: str | None = None  # compiling or checkpoint: the hang watchdog allows those longer
         self.lost_at: float | None = None
         self.progress = ProgressReporter(rank)
         # Rank 0's metrics go every poll: a crash loses at most POLL_SECONDS of them (goodput counts
@@ -135,7 +108,7 @@ class RankMonitor:
         `stopped` says it returned at an agreed preemption stop (should_stop() was True), or after
         its notice was delivered as the spec's preemption_signal, not at the end of the work. Then close the connection."""
         tracker = tracker or self.tracker
-        self.flush_progress()
+        self.flush_progress(final=True)
         self.send("done", RankDone(self.rank, tracker.count, time.time(), stopped=preemption.NOTICE.stopped))
         if self.client is not None:
             self.client.close()
@@ -157,14 +130,15 @@ class RankMonitor:
             except Exception as exc:  # noqa: BLE001  (the monitor must never take the rank down)
                 os.write(self._dump_fd, f"jaxlaunch monitor: {exc!r}\n".encode())
 
-    def flush_progress(self) -> None:
+    def flush_progress(self, final: bool = False) -> None:
+        """Send what was reported; `final` (main has returned): all of it, waiting for its values."""
         while True:
-            self._flush_once()
-            if not self.progress.pending:
+            self._flush_once(final)
+            if not (self.progress._reports if final else self.progress.pending):
                 return
 
-    def _flush_once(self) -> None:
-        message = self.progress.take()
+    def _flush_once(self, final: bool = False) -> None:
+        message = self.progress.take(wait=final)
         first, times = self.tracker.arrivals_since(self._arrivals_sent)
         if times:
             self._arrivals_sent = first + len(times) - 1
@@ -197,21 +171,34 @@ class RankMonitor:
 
     def check(self) -> None:
         self.report_notice()
+        self.report_phase()
         if self.requested_abort:
             return
         waiting = self.tracker.oldest_waiting()
         if waiting is None:
             return
         seq, name, waited = waiting
-        past_timeout = self.collective_timeout is not None and waited > self.collective_timeout
+        limit, limit_name = self.collective_timeout, "collective_timeout"
+        blocking, own = self.tracker.blocking, self.tracker.blocking_timeout
+        if blocking is not None and blocking[0] == seq and own is not None and (limit is None or own < limit):
+            limit, limit_name = own, "its timeout"
+        past_timeout = limit is not None and waited > limit
         if (waited >= EARLY_EXIT_GRACE_SECONDS or past_timeout) and self.reported_wait != seq:
             # The supervisor knows who has left main; it decides whether that peer will never join.
             self.reported_wait = seq
             self.send("waiting", RankWaiting(self.rank, seq, name, time.time() - waited))
         if past_timeout:
             self.request_abort("collective_timeout", seq, name, waited,
-                               f"{name} #{seq} on rank {self.rank} waited {waited:.0f} s, past collective_timeout="
-                               f"{self.collective_timeout:g} s")
+                               f"{name} #{seq} on rank {self.rank} waited {waited:.0f} s, past {limit_name}="
+                               f"{limit:g} s")
+
+    def report_phase(self) -> None:
+        """Tell the supervisor when the main thread starts or stops compiling or saving/restoring a
+        checkpoint: its hang watchdog does not count compiling, and allows a checkpoint longer."""
+        phase = stacks.phase(self.main_thread)
+        if phase != self.phase:
+            self.phase = phase
+            self.send("phase", PhaseChange(self.rank, phase, time.time()))
 
     def report_notice(self) -> None:
         """Tell the supervisor a notice reached this rank, even if the job then dies before it can
@@ -231,7 +218,8 @@ class RankMonitor:
             "collectives_started": self.tracker.count, "collectives_completed": self.tracker.completed(),
             "waiting_in": None if waiting is None else {"seq": waiting[0], "name": waiting[1],
                                                        "seconds": round(waiting[2], 3)},
-            "where": where_is(self.main_thread),
+            "where": stacks.where_is(self.main_thread),
+            "place": stacks.place(self.main_thread),
             "main_thread": f"0x{self.main_thread:016x}",
         }
 

@@ -46,6 +46,21 @@ def plain_number(value):
     return number if isinstance(number, (int, float)) and not isinstance(number, bool) else value
 
 
+def _is_computed(value) -> bool:
+    is_ready = getattr(value, "is_ready", None)
+    if is_ready is None:
+        return True
+    try:
+        return bool(is_ready())
+    except Exception:  # noqa: BLE001  (a deleted or failed array: converting it will say so)
+        return True
+
+
+def _computed(report) -> bool:
+    step, _, total, metrics = report
+    return _is_computed(step) and _is_computed(total) and all(_is_computed(v) for v in (metrics or {}).values())
+
+
 class ProgressReporter:
     """One per rank. `report` from the job's thread, `take` from the monitor thread."""
 
@@ -58,14 +73,19 @@ class ProgressReporter:
     def report(self, step: int, total: int | None = None, **metrics) -> None:
         self._reports.append((step, time.time(), total, metrics if self.rank == 0 else None))
 
-    def take(self) -> dict | None:
+    def take(self, wait: bool = False) -> dict | None:
         """The 'progress' message for (at most CHUNK of) what was reported since the last call, or
         None; call again while `pending`."""
         # Rank 0 sends its reports (CHUNK at a time); the others only their step time.
         count = min(CHUNK, len(self._reports)) if self.rank == 0 else len(self._reports)
-        # Here, in the monitor thread, a JAX step is waited for and becomes a Python number.
-        reports = [(plain_number(step), at, total, metrics)
-                   for step, at, total, metrics in (self._reports.popleft() for _ in range(count))]
+        # Only reports whose JAX values are computed: the monitor thread must never wait for a device
+        # (a step stuck in a cross-process collective would leave it unable to answer a stop), and
+        # a report counts as progress for the hang watchdog once its step has run.
+        taken = []
+        while len(taken) < count and self._reports and (wait or _computed(self._reports[0])):
+            taken.append(self._reports.popleft())
+        # Here, in the monitor thread, a JAX step becomes a Python number.
+        reports = [(plain_number(step), at, total, metrics) for step, at, total, metrics in taken]
         if not reports:
             return None
         for _, _, total, _ in reports:
@@ -84,4 +104,5 @@ class ProgressReporter:
 
     @property
     def pending(self) -> bool:
-        return bool(self._reports)
+        """Reports that can be taken now (not ones still waiting for their device values)."""
+        return bool(self._reports) and _computed(self._reports[0])

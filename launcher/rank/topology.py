@@ -93,14 +93,43 @@ def visible_gpus(local_rank: int, devices_per_process: int, already_visible: str
     return ",".join(ids[local_rank * d:(local_rank + 1) * d])
 
 
+NCCL_TERMINATION_FLAG = "--xla_gpu_nccl_termination_timeout_seconds"
+
+
+def nccl_termination_seconds(hang_timeout) -> int | None:
+    """XLA's NCCL termination timeout for a spec's hang_timeout: a backstop that ends a process
+    stuck in an NCCL collective (XLA's default, -1, waits forever: jax#38503). Twice the hang
+    watchdog's limit, so the watchdog, which names the rank holding the job up, comes first;
+    `auto` uses twice its floor. None (not set) when the watchdog is off."""
+    from ..spec.model import AUTO, HANG_FLOOR_SECONDS
+
+    if hang_timeout is None:
+        return None
+    limit = HANG_FLOOR_SECONDS if hang_timeout == AUTO else int(hang_timeout)
+    return max(2 * limit, limit + 60)
+
+
+def gpu_device_flags(xla_flags: str, hang_timeout) -> str:
+    """XLA_FLAGS with the NCCL termination timeout, unless the user set it."""
+    seconds = nccl_termination_seconds(hang_timeout)
+    if seconds is None or NCCL_TERMINATION_FLAG in xla_flags:
+        return xla_flags
+    return " ".join([*xla_flags.split(), f"{NCCL_TERMINATION_FLAG}={seconds}"])
+
+
 def device_environment(platform: str, devices_per_process: int, local_rank: int,
-                       env: Mapping[str, str]) -> dict[str, str]:
-    """Environment to set before JAX is imported so each process sees its own devices."""
+                       env: Mapping[str, str], hang_timeout=None) -> dict[str, str]:
+    """Environment to set before JAX is imported so each process sees its own devices (and, on
+    GPU, XLA's NCCL termination timeout from the spec's hang_timeout)."""
     if platform == "cpu":
         return {"JAX_PLATFORMS": "cpu",
                 "XLA_FLAGS": cpu_device_flags(env.get("XLA_FLAGS", ""), devices_per_process)}
-    return {"JAX_PLATFORMS": "cuda",
-            "CUDA_VISIBLE_DEVICES": visible_gpus(local_rank, devices_per_process, env.get("CUDA_VISIBLE_DEVICES"))}
+    gpu = {"JAX_PLATFORMS": "cuda",
+           "CUDA_VISIBLE_DEVICES": visible_gpus(local_rank, devices_per_process, env.get("CUDA_VISIBLE_DEVICES"))}
+    flags = gpu_device_flags(env.get("XLA_FLAGS", ""), hang_timeout)
+    if flags:
+        gpu["XLA_FLAGS"] = flags
+    return gpu
 
 
 # What JAX needs for JAX_PLATFORMS=cuda: a GPU (the driver's device files) and a CUDA plugin.

@@ -31,6 +31,7 @@ class CollectiveTracker:
         self.arrivals = [0.0] * self.NAMES
         self.latest = None    # (seq, output) of the latest collective handed over; one store, so never torn
         self.blocking = None  # (seq, name, started) while inside a blocking MPI call
+        self.blocking_timeout: float | None = None  # its own timeout (launcher.barrier(timeout=...))
         # the monitor thread's own state
         self.confirmed = 0    # every collective up to this one has finished
         self._snapshot = None  # (seq, output) taken at an earlier poll
@@ -51,11 +52,13 @@ class CollectiveTracker:
     def dispatched(self, seq: int, name: str, handle) -> None:
         self.latest = (seq, handle)
 
-    def enter(self, seq: int, name: str) -> None:
+    def enter(self, seq: int, name: str, timeout: float | None = None) -> None:
+        self.blocking_timeout = timeout  # a barrier's own limit, read with `blocking`
         self.blocking = (seq, name, time.monotonic())
 
     def leave(self) -> None:
         blocking, self.blocking = self.blocking, None
+        self.blocking_timeout = None
         if blocking is not None:
             self.done(blocking[0])
 

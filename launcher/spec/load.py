@@ -283,7 +283,7 @@ def resolve_image(spec: JobSpec, spec_dir: Path) -> JobSpec:
 def describe_spec(spec: JobSpec) -> str:
     """Every resolved value of the spec, one per line with its type (`params.lr = 0.001  (float)`),
     so a user can see what the file, the defaults and each --set produced."""
-    durations = {("timeout",), ("collective_timeout",), ("jax_distributed_timeout",), ("slurm", "time"),
+    durations = {("timeout",), ("collective_timeout",), ("hang_timeout",), ("jax_distributed_timeout",), ("slurm", "time"),
                  ("slurm", "checkpoint_notice")}
     names = {str: "str", int: "int", float: "float", bool: "bool", type(None): "null", list: "list", dict: "dict"}
     lines = []
@@ -297,7 +297,7 @@ def describe_spec(spec: JobSpec) -> str:
                 walk(item, path + (index,), f"{label}[{index}]")
         else:
             kind = names.get(type(value), type(value).__name__)
-            if path in durations and value is not None:
+            if path in durations and isinstance(value, int):
                 kind += ", seconds"
             if path == ("entrypoint",):  # which of the four kinds the check read
                 kind += f"; {spec.entrypoint_kind}: {ENTRYPOINT_KINDS[spec.entrypoint_kind]}"

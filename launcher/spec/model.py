@@ -49,6 +49,24 @@ def parse_duration(value: Any) -> int:
     return seconds
 
 
+# The hang watchdog's automatic limit (hang_timeout: auto): a job that made no progress for
+# max(HANG_FLOOR_SECONDS, HANG_STEP_FACTOR x its slowest step so far) is hung. Generous on purpose:
+# a healthy job must never meet it (an evaluation between reports counts as one long step).
+HANG_FLOOR_SECONDS = 600
+HANG_STEP_FACTOR = 20
+AUTO = "auto"
+
+
+def parse_hang_timeout(value: Any) -> int | str:
+    """'auto', or a duration in seconds."""
+    if isinstance(value, str) and value.strip() == AUTO:
+        return AUTO
+    try:
+        return parse_duration(value)
+    except ValueError as exc:
+        raise ValueError(f"{exc}, or 'auto' (the default: from the job's own step times)") from None
+
+
 def format_slurm_time(seconds: int) -> str:
     """Slurm's D-HH:MM:SS, rounded up to whole minutes as Slurm does for --time."""
     minutes = -(-seconds // 60)
@@ -242,7 +260,14 @@ class JobSpec(Record):
         None)
     collective_timeout: int | None = field(
         Optional(DURATION), "longest any rank may wait in one launcher collective before the job is stopped with "
-                            "a hang report naming the ranks that never arrived: seconds, '5m', ...", None)
+                            "a hang report naming the ranks that never arrived: seconds, '5m', ...; null: no "
+                            "limit", 1800)
+    hang_timeout: int | str | None = field(
+        Optional(Parsed(parse_hang_timeout, "`auto` or a duration")),
+        "the hang watchdog: stop the job, with a roll-call naming the rank that holds it up, when no rank has "
+        "made progress (ctx.report) for this long; `auto`: max(10 min, 20x the slowest step so far); armed at "
+        "the first report; compiling does not count, a checkpoint save or restore gets 4x as long; null: off",
+        AUTO)
     preemption_signal: str | None = field(
         Optional(Choice(*PREEMPTION_SIGNALS)), "also deliver a preemption notice to every rank's process as this "
                                                "signal, for programs with their own handler (orbax and JAX's "

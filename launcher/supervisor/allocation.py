@@ -36,6 +36,11 @@ class Allocation:
         """{node: why} for the nodes the allocation lost under a failed attempt."""
         return {}
 
+    def can_leave_nodes_behind(self, spec, run) -> bool:
+        """Whether leave_nodes_behind can still requeue the job (a hang's culprit node is then left
+        behind; otherwise the job restarts or ends as after any failure)."""
+        return False
+
     def leave_nodes_behind(self, bad: dict[str, str], cause: str, failure: dict | None, attempt: int,
                            run, spec, echo) -> tuple[JobState, dict | None]:
         """Give the job its nodes back without `bad`: REQUEUED, or FAILED when it cannot."""

@@ -69,8 +69,9 @@ class _Connection:
 class ControlServer:
     """The supervisor's side: one thread serves every rank's connection with a selector."""
 
-    def __init__(self, run: RunDirectory, host: str = "127.0.0.1", size: int = 0):
+    def __init__(self, run: RunDirectory, host: str = "127.0.0.1", size: int = 0, watchdog=None):
         self.run = run
+        self.watchdog = watchdog  # the hang watchdog (watchdog.py), fed each rank's progress and phases
         self.stragglers = Stragglers(size)
         self.straggler: dict | None = None  # the latest verdict (launcher/stragglers.py)
         self._straggler_written = (None, 0.0)
@@ -339,7 +340,11 @@ class ControlServer:
             if kind == "abort" and connection.rank in kept:
                 return True  # its first request is the one that counts
             kept[connection.rank] = message
-        if kind != "progress":  # progress is for people: no reason to wake the supervisor's loop
+        if self.watchdog is not None and kind == "progress":
+            self.watchdog.progress(connection.rank, message)
+        elif self.watchdog is not None and kind == "phase":
+            self.watchdog.phase(connection.rank, message.get("phase"))
+        if kind not in ("progress", "phase"):  # for people and the watchdog: no reason to wake the loop
             self.changed.set()
         return True
 

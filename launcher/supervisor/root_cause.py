@@ -17,6 +17,8 @@ import re
 import signal as signals
 import time
 
+from . import rollcall
+
 # What the launchers print, whitespace-normalised (prterun wraps its lines).
 _PRTE_SIGNAL = re.compile(r"process rank (\d+) with PID \d+ on node (\S+) exited on signal (\d+)")
 _PRTE_IMPROPER = re.compile(r"process rank (\d+) with PID \d+ on node (\S+) exiting improperly")
@@ -111,14 +113,14 @@ def build_failure(*, state: str, reason: str, num_processes: int, rank_errors: l
     | key | meaning |
     |---|---|
     | `state` | `FAILED`, `TIMEOUT` or `CANCELLED` |
-    | `reason` | `failed` (a rank failed), `left_early`, `timeout`, `collective_timeout` or `cancelled` |
+    | `reason` | `failed` (a rank failed), `left_early`, `hang` (the hang watchdog), `timeout`, `collective_timeout` or `cancelled` |
     | `summary` | one line, e.g. `rank 1 on node2 failed first: RuntimeError: boom` |
     | `attempt` | which attempt failed (0 = the first) |
     | `time` | when the supervisor wrote it (seconds since the epoch) |
     | `first_failure` | the earliest failing rank (by time, as torchelastic does): a rank record, or null |
     | `failed_ranks` | every failing rank's record, earliest first |
     | `torn_down_ranks` | ranks that ended only because the job was torn down |
-    | `hang` | for timeouts, watchdog stops and cancels: `ranks` (per rank: `answered`, `host`, `where`, `collective`, `waiting_seconds`, `collectives_started`), and for the watchdog `collective` (`name`, `seq`, `seconds`) and `never_arrived` |
+    | `hang` | for timeouts, watchdog stops and cancels: `ranks` (per rank: `answered`, `host`, `where`, `collective`, `waiting_seconds`, `collectives_started`), and for the watchdog `collective` (`name`, `seq`, `seconds`) and `never_arrived`; for hangs `roll_call` (`line`, `waiting`: where most ranks wait, `culprits`: the ranks elsewhere, each with `rank`, `host`, `kind`, `where`, `why`) |
     | `launcher` | `exit_code` of mpirun/srun and its last `messages` (also in `logs/launcher.log`) |
 
     A rank record has `rank`, `host`, `time`, `exit_code`, `signal` (e.g. `SIGSEGV`, or null), `error` (the
@@ -197,9 +199,20 @@ def build_failure(*, state: str, reason: str, num_processes: int, rank_errors: l
         "first_failure": first, "failed_ranks": ordered, "torn_down_ranks": torn_down,
         "launcher": {"exit_code": launcher_exit_code, "messages": list(launcher_tail)[-40:]},
     }
-    if rank_states or reason in ("timeout", "collective_timeout", "cancelled"):
+    if rank_states or reason in (*HANG_REASONS, "cancelled"):
         document["hang"] = hang_report(num_processes, rank_states, abort_requests, finished_ranks)
+        if reason in HANG_REASONS:
+            roll = rollcall.roll_call(num_processes, rank_states, finished_ranks, started_ranks)
+            document["hang"]["roll_call"] = roll
+            if roll["culprits"]:
+                document["summary"] = f"{summary}; " + "; ".join(
+                    f"rank {c['rank']}{' on ' + c['host'] if c.get('host') else ''} held it up, {c['why']}"
+                    for c in roll["culprits"][:2])
     return document
+
+
+# Stops for a hang: the roll-call names the rank that held the job up.
+HANG_REASONS = ("hang", "timeout", "collective_timeout")
 
 
 def scheduler_failure(*, reason: str, summary: str, attempt: int, fix: str) -> dict:
@@ -239,6 +252,9 @@ def hang_report(num_processes: int, rank_states: list[dict], abort_requests: lis
 def hang_lines(hang: dict) -> list[str]:
     """The compact report: one line per rank."""
     lines = []
+    roll = hang.get("roll_call")
+    if roll:
+        lines.append(f"roll-call: {roll['line']}")
     watched = hang.get("collective")
     if watched is not None:
         missing = ", ".join(map(str, hang.get("never_arrived", []))) or "none"

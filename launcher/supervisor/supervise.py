@@ -41,7 +41,8 @@ from ..spec import JobSpec
 from ..states import CANCEL_EVENT, EXIT_COMPLETED, EXIT_FAILED, EXIT_PREEMPTED, EXIT_TIMEOUT, JobState
 from .. import stragglers
 from .allocation import Allocation
-from . import root_cause
+from . import root_cause, rollcall
+from .watchdog import HangWatchdog, describe_setting
 from .processes import kill_job_processes
 from .report import describe_outcome, result_text, write_to_stderr
 
@@ -58,8 +59,11 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 
 NOTICE_SIGNAL = signal.SIGUSR2
 # Why the supervisor stopped a job -> the job's state.
-STOP_STATES = {"timeout": JobState.TIMEOUT, "collective_timeout": JobState.TIMEOUT, "left_early": JobState.FAILED,
-               "cancelled": JobState.CANCELLED}
+STOP_STATES = {"timeout": JobState.TIMEOUT, "collective_timeout": JobState.TIMEOUT, "hang": JobState.TIMEOUT,
+               "left_early": JobState.FAILED, "cancelled": JobState.CANCELLED}
+# A job that has not reported this long after its ranks started is told, once, that the hang
+# watchdog waits for its first ctx.report() (until then only timeout and collective_timeout apply).
+UNARMED_NOTE_SECONDS = 60.0
 # The rule of dashes above and below every Open MPI / PRRTE help message.
 BANNER_FRAME = re.compile(rb"-{20,}")
 NO_RESTART = ("timeout", "cancelled")  # the job's time is spent, or the user asked to stop
@@ -122,6 +126,8 @@ class Supervisor:
         self.notice_sent = False
         self.control_host: str | None = None   # found when the job starts (it may ask the scheduler)
         self.channel: ControlServer | None = None  # one per attempt
+        self.watchdog: HangWatchdog | None = None  # one per attempt
+        self.unarmed_noted = False
         self.requeue_cause: str | None = None
         self.launched = time.time()  # events before this belong to an earlier batch job or launch
 
@@ -149,6 +155,10 @@ class Supervisor:
                 lost = self.allocation.lost_nodes() if state == JobState.FAILED and stop_reason is None else {}
                 if lost:  # the allocation is smaller now: only a requeue can give the job its nodes back
                     state, failure = self._leave_nodes_behind(lost, "node_failure", failure, attempt)
+                    break
+                culprits = self._hang_culprit_nodes(stop_reason, failure)
+                if culprits:  # a rank held the job up: start again from the checkpoint without its node
+                    state, failure = self._leave_nodes_behind(culprits, "hang", failure, attempt)
                     break
                 if (state == JobState.COMPLETED or stop_reason in NO_RESTART
                         or attempt - first >= self.spec.max_restarts):
@@ -185,6 +195,17 @@ class Supervisor:
         if state == JobState.REQUEUED:
             self.requeue_cause = cause
         return state, failure
+
+    def _hang_culprit_nodes(self, stop_reason: str | None, failure: dict | None) -> dict[str, str]:
+        """{node: why} of the ranks the roll-call named after a hang, when the allocation can requeue
+        the job without them (Slurm, with requeues left); else {} (a restart or the end, as before).
+        Never every node of the job: then nobody is to blame."""
+        if stop_reason not in ("hang", "collective_timeout") or not self.allocation.can_leave_nodes_behind(
+                self.spec, self.run):
+            return {}
+        nodes = rollcall.culprit_nodes(((failure or {}).get("hang") or {}).get("roll_call"))
+        every = {r["host"] for r in self.channel.started()} if self.channel else set()
+        return {} if every and set(nodes) >= every else nodes
 
     def _continue_earlier_run(self) -> "int | Outcome":
         """Pick up where the run directory's last attempt ended: its logs go to logs/attempt-K/,
@@ -278,8 +299,12 @@ class Supervisor:
 
     def _attempt(self, attempt: int) -> tuple[str, dict | None, str | None]:
         self.run.logs.mkdir(parents=True, exist_ok=True)
-        self.channel = ControlServer(self.run, self.control_host, size=self.spec.num_processes).start()
+        self.watchdog = HangWatchdog(self.spec.hang_timeout)
+        self.channel = ControlServer(self.run, self.control_host, size=self.spec.num_processes,
+                                     watchdog=self.watchdog).start()
         self.run.log_event("attempt_started", attempt=attempt)  # the goodput timeline (launcher/goodput.py)
+        self.run.log_event("watchdog", hang_timeout=self.spec.hang_timeout,
+                           collective_timeout=self.spec.collective_timeout)
         ended = None
         try:
             ended = self._run_attempt(attempt)
@@ -402,7 +427,26 @@ class Supervisor:
         if requests:
             first = min(requests, key=lambda r: r["time"])
             return first["reason"], first["message"]
+        hung = self.watchdog.check()
+        if hung is not None:
+            return "hang", hung
+        self._note_unarmed_watchdog()
         return None, ""
+
+    def _note_unarmed_watchdog(self) -> None:
+        """Say once that a job which has not reported has no hang watchdog yet."""
+        if self.unarmed_noted or self.spec.hang_timeout is None or self.watchdog.reported:
+            return
+        started = [r["time"] for r in self.channel.started()]
+        if len(started) < self.spec.num_processes or time.time() - max(started) < UNARMED_NOTE_SECONDS:
+            return
+        self.unarmed_noted = True
+        limits = f"timeout={self.spec.timeout} s" if self.spec.timeout else "no timeout"
+        if self.spec.collective_timeout:
+            limits += f" and collective_timeout={self.spec.collective_timeout} s"
+        self.echo(f"jaxlaunch: no ctx.report() from the job in its first {UNARMED_NOTE_SECONDS:.0f} s: the hang "
+                  f"watchdog (hang_timeout: {describe_setting(self.spec.hang_timeout)}) starts at the first "
+                  f"report; until then only {limits} stop a hung job")
 
     def _stop_job(self, process, reason: str, detail: str, attempt: int) -> None:
         """Ask every rank for its stacks and state, wait briefly for the answers, then end the job."""

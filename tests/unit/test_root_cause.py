@@ -224,8 +224,11 @@ def test_a_stop_with_no_failing_rank_lists_no_torn_down_ranks():
     assert failure["summary"] == "timed out after 8 s (the spec's timeout)"
     assert root_cause.summary_lines(failure) == [
         "TIMEOUT: timed out after 8 s (the spec's timeout)",
+        "roll-call: no rank waits for a peer (rank 0 on a: in its own code at job.py:3 in f; rank 1 did not answer "
+        "(dead, or stuck in C code holding the GIL))",
         "  rank 0 (a): not in a collective (2 started), at job.py:3 in f",
         "  rank 1: did not answer (dead, or stuck in C code holding the GIL)"]
+    assert failure["hang"]["roll_call"]["culprits"] == []  # nobody waits for a peer: nobody is blamed
 
 
 def test_a_cancel_shows_no_teardown_words_and_says_how_to_get_every_stack():

@@ -152,7 +152,7 @@ class TestBootstrapPieces:
         from launcher.rank.bootstrap import setup_devices
         from launcher.rank.topology import Topology
 
-        spec = SimpleNamespace(platform="gpu", devices_per_process=2)
+        spec = SimpleNamespace(platform="gpu", devices_per_process=2, hang_timeout=None)
         topology = Topology(rank=5, size=8, local_rank=1, local_size=4, node_index=1, num_nodes=2)
         assert setup_devices(spec, topology, {})["CUDA_VISIBLE_DEVICES"] == "2,3"
 

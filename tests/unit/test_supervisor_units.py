@@ -621,6 +621,8 @@ def test_a_resumed_run_that_completes_at_once_reports_no_restart(fake_launcher, 
 class FakeTracker:
     """What the monitor asks a CollectiveTracker: the oldest collective still waiting."""
 
+    blocking = blocking_timeout = None  # no blocking MPI call with a timeout of its own
+
     def __init__(self, waiting=None, count=2):
         self.waiting, self.count = waiting, count
 

@@ -59,6 +59,9 @@ class SlurmAllocation(Allocation):
     def lost_nodes(self) -> dict[str, str]:
         return nodes.lost_nodes(requeue.job_record(self.job_id), nodes.allocated_nodes())
 
+    def can_leave_nodes_behind(self, spec, run) -> bool:
+        return run.status().requeues < spec.slurm.max_requeues
+
     def leave_nodes_behind(self, bad, cause, failure, attempt, run, spec, echo):
         """Requeue the job without `bad` nodes (node: why): REQUEUED, or FAILED once
         slurm.max_requeues requeues are spent."""
@@ -67,7 +70,8 @@ class SlurmAllocation(Allocation):
         run.update_status(excluded_nodes=excluded)
         run.log_event("nodes_left_behind", cause=cause, nodes=bad)
         listing = "; ".join(f"{node}: {why}" for node, why in sorted(bad.items()))
-        what = "failed the health check" if cause == "health_check" else "failed under the job"
+        what = {"health_check": "failed the health check", "hang": "held the job up in a hang"}.get(
+            cause, "failed under the job")
         if status.requeues >= spec.slurm.max_requeues:
             failure = root_cause.scheduler_failure(
                 reason=cause, attempt=attempt,
@@ -78,7 +82,7 @@ class SlurmAllocation(Allocation):
             return JobState.FAILED, failure
         if failure is not None and run.failure_file.exists():
             run.failure_file.rename(run.logs / run.failure_file.name)  # the attempt's, kept with its logs
-        run.update_status(requeues=status.requeues + 1, node_failures=status.node_failures + 1)
+        run.update_status(requeues=status.requeues + 1, node_failures=status.node_failures + (cause != "hang"))
         echo(f"jaxlaunch: node(s) {what} ({listing}); requeueing job {self.job_id} without them "
              f"(requeue {status.requeues + 1} of at most {spec.slurm.max_requeues}); it resumes from "
              f"its latest checkpoint")

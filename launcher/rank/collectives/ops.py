@@ -146,10 +146,18 @@ def wait_pending() -> None:
     jax.block_until_ready(list(_dependency.values()))
 
 
-def barrier() -> None:
-    """Wait until every process gets here (pending cross-process calls finish first)."""
+def barrier(name: str = "barrier", timeout: float | None = None) -> None:
+    """Wait until every process gets here (pending cross-process calls finish first).
+
+    `name` says which barrier in the hang report (`barrier 'after-restore' #12`); every process
+    must pass the same barriers in the same order. `timeout` (seconds): when this rank has waited
+    that long, the job is stopped with a roll-call and the ranks that never arrived named (as
+    `collective_timeout` does for every collective; the smaller of the two applies)."""
+    if timeout is not None and not timeout > 0:
+        raise ValueError(f"barrier timeout must be positive seconds, got {timeout!r}")
     wait_pending()
-    seq = TRACKER.start("barrier")
-    TRACKER.enter(seq, "barrier")
+    label = "barrier" if name == "barrier" else f"barrier {name!r}"
+    seq = TRACKER.start(label)
+    TRACKER.enter(seq, label, timeout=timeout)
     _host_comm().Barrier()
     TRACKER.leave()

@@ -1,0 +1,206 @@
+"""Where a rank's main thread is, read from its Python stack by the monitor thread: for the hang
+watchdog's allowances (compiling, a checkpoint save or restore) and for the roll-call that names the
+rank holding a job up (launcher/supervisor/rollcall.py).
+
+A place is the innermost frame of the job's own code (`where`) and what the thread does there
+(`kind`), from the frames inside it (jaxlaunch's, JAX's) or, when there are none, from the call
+the job's own line is making: JAX's jit dispatch is C++ and leaves no Python frame, so a rank
+waiting inside XLA's cross-process collective sits at the line that calls the jitted function.
+The callee is found from the line's source, by name lookups only (no attribute's code is run).
+
+kinds: `xla` (a JAX computation or its result), `collective` (a launcher collective), `barrier`
+(launcher.barrier, multihost_utils.sync_global_devices, JAX's coordination barrier), `mpi4jax`,
+`checkpoint` (a save or restore), `compiling` (tracing, lowering or compiling with XLA), `own`
+(the job's own code or a call it makes that is none of these: a loader, a lock, a sleep).
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import linecache
+import os
+import sys
+from pathlib import Path
+
+LAUNCHER_DIR = str(Path(__file__).resolve().parent.parent) + os.sep
+# Kinds in which a rank waits for its peers; any other kind is where a rank may hold them up.
+WAITING_KINDS = ("xla", "collective", "barrier", "mpi4jax")
+
+# Frames of JAX that trace, lower or compile (measured on jax 0.10.2: compile_or_get_cached and
+# backend_compile_and_load in compiler.py, lowering in interpreters/mlir.py and pxla.py, tracing in
+# partial_eval.py); never a frame that runs a computation.
+_COMPILE_FILES = ("jax/_src/compiler.py", "jax/_src/interpreters/mlir.py", "jax/_src/interpreters/partial_eval.py")
+_COMPILE_FUNCTIONS = ("lower", "_cached_lowering", "_create_pjit_jaxpr", "trace_to_jaxpr", "_infer_params")
+_BARRIER_FUNCTIONS = ("sync_global_devices", "wait_at_barrier", "barrier")
+
+
+def _library_roots() -> tuple[str, ...]:
+    roots = {os.path.join(prefix, "lib") + os.sep for prefix in {sys.prefix, sys.base_prefix, sys.exec_prefix}}
+    return tuple(roots)
+
+
+_LIBRARY_ROOTS = _library_roots()
+
+
+def is_own_code(filename: str) -> bool:
+    """True for the job's files: not jaxlaunch, not the standard library, not an installed package."""
+    if filename.startswith("<"):
+        return False
+    path = os.path.abspath(filename)
+    if path.startswith(LAUNCHER_DIR) or path.startswith(_LIBRARY_ROOTS):
+        return False
+    return "site-packages" not in path and "dist-packages" not in path
+
+
+def _frames(thread_id: int) -> list:
+    """The thread's frames, innermost first."""
+    frame = sys._current_frames().get(thread_id)
+    frames = []
+    while frame is not None:
+        frames.append(frame)
+        frame = frame.f_back
+    return frames
+
+
+def describe(frame) -> str:
+    return f"{frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}"
+
+
+def where_is(thread_id: int) -> str:
+    """'file.py:LINE in FUNCTION' for the innermost frame of the job's own code in that thread,
+    else the innermost frame at all."""
+    frames = _frames(thread_id)
+    own = next((f for f in frames if is_own_code(f.f_code.co_filename)), None)
+    chosen = own or (frames[0] if frames else None)
+    return describe(chosen) if chosen is not None else "(no Python frame)"
+
+
+def _kind_of_frame(filename: str, function: str) -> tuple[str, str] | None:
+    """(kind, detail) that one library frame says the thread is in, or None."""
+    path = filename.replace(os.sep, "/")
+    if path.startswith(LAUNCHER_DIR.replace(os.sep, "/")):
+        if "/rank/checkpoints/" in path:
+            # Its agreement between ranks (one tracked MPI call) is a wait for peers.
+            return ("collective", "a checkpoint's agreement") if function == "_collective" else ("checkpoint", function)
+        if "/rank/collectives/" in path:
+            return ("barrier", "launcher.barrier") if function == "barrier" else ("collective", f"launcher.{function}")
+        return None
+    if "/orbax/" in path:
+        return "checkpoint", f"orbax {function}"
+    if "/mpi4jax/" in path:
+        return "mpi4jax", f"mpi4jax.{function}"
+    if "/jax/" in path or "/jaxlib/" in path:
+        if any(path.endswith(f) for f in _COMPILE_FILES) or function.startswith(_COMPILE_FUNCTIONS):
+            return "compiling", function
+        if function in _BARRIER_FUNCTIONS or path.endswith("jax/experimental/multihost_utils.py"):
+            return "barrier", function
+        return "xla", function
+    return None
+
+
+def phase(thread_id: int) -> str | None:
+    """'compiling' or 'checkpoint' while the thread is in one (anywhere on its stack), else None.
+    Called every monitor poll: file names only, no source."""
+    for frame in _frames(thread_id):
+        found = _kind_of_frame(frame.f_code.co_filename, frame.f_code.co_name)
+        if found is not None and found[0] in ("compiling", "checkpoint"):
+            return found[0]
+    return None
+
+
+def place(thread_id: int) -> dict:
+    """{"kind", "detail", "where"} of the thread (see the module doc)."""
+    frames = _frames(thread_id)
+    if not frames:
+        return {"kind": "own", "detail": None, "where": "(no Python frame)"}
+    own_index = next((i for i, f in enumerate(frames) if is_own_code(f.f_code.co_filename)), None)
+    where = describe(frames[own_index if own_index is not None else 0])
+    inner = frames[:own_index] if own_index is not None else frames
+    kinds = [k for k in (_kind_of_frame(f.f_code.co_filename, f.f_code.co_name) for f in frames) if k]
+    if any(kind == "compiling" for kind, _ in kinds):
+        return {"kind": "compiling", "detail": next(d for k, d in kinds if k == "compiling"), "where": where}
+    # Inside the job's line: the innermost library frame says whether the thread waits for peers;
+    # the outermost frame of that kind says what the job called (allreduce, not an MPI helper).
+    inner_kinds = [k for k in (_kind_of_frame(f.f_code.co_filename, f.f_code.co_name) for f in inner) if k]
+    if inner_kinds and inner_kinds[0][0] in WAITING_KINDS:
+        # A barrier made of XLA or MPI calls (multihost_utils.sync_global_devices) is a barrier.
+        kind = "barrier" if any(k == "barrier" for k, _ in inner_kinds) else inner_kinds[0][0]
+        detail = [d for k, d in inner_kinds if k == kind][-1]
+        return {"kind": kind, "detail": detail, "where": where}
+    checkpoint = [d for k, d in kinds if k == "checkpoint"]
+    if checkpoint:
+        return {"kind": "checkpoint", "detail": checkpoint[-1], "where": where}
+    if inner_kinds:
+        return {"kind": inner_kinds[0][0], "detail": inner_kinds[-1][1], "where": where}
+    if own_index is not None:
+        callee = callee_of(frames[own_index])
+        if callee is not None:
+            kind, detail = callee
+            return {"kind": kind, "detail": detail, "where": where}
+    return {"kind": "own", "detail": None, "where": where}
+
+
+def callee_of(frame) -> tuple[str, str] | None:
+    """(kind, name) of the function the frame's current line calls, when the line's source is one
+    call of a plain name or dotted name (`step(w, x)`, `self.train_step(...)`, `time.sleep(1)`)."""
+    try:
+        code = frame.f_code
+        positions = list(code.co_positions())
+        lineno, end_lineno, col, end_col = positions[frame.f_lasti // 2]
+        if lineno is None or col is None or end_col is None:
+            return None
+        lines = [linecache.getline(code.co_filename, n) for n in range(lineno, (end_lineno or lineno) + 1)]
+        if len(lines) == 1:
+            text = lines[0][col:end_col]
+        else:
+            text = "".join([lines[0][col:], *lines[1:-1], lines[-1][:end_col]])
+        node = ast.parse(text.strip(), mode="eval").body
+    except (SyntaxError, ValueError, IndexError, AttributeError, TypeError):
+        return None
+    if not isinstance(node, ast.Call):
+        return None
+    names = []
+    func = node.func
+    while isinstance(func, ast.Attribute):
+        names.append(func.attr)
+        func = func.value
+    if not isinstance(func, ast.Name):
+        return None
+    names.append(func.id)
+    names.reverse()
+    label = ".".join(names)
+    value = _lookup(frame, names)
+    if value is _MISSING:
+        return "own", label
+    return _kind_of_callable(value, label)
+
+
+_MISSING = object()
+
+
+def _lookup(frame, names: list[str]):
+    namespaces = (frame.f_locals, frame.f_globals, vars(__builtins__) if not isinstance(__builtins__, dict)
+                  else __builtins__)
+    value = next((ns[names[0]] for ns in namespaces if names[0] in ns), _MISSING)
+    for name in names[1:]:
+        if value is _MISSING:
+            break
+        try:
+            value = inspect.getattr_static(value, name)
+        except AttributeError:
+            return _MISSING
+    return value
+
+
+def _kind_of_callable(value, label: str) -> tuple[str, str]:
+    module = getattr(type(value), "__module__", "") or ""
+    own_module = getattr(value, "__module__", "") or ""
+    if type(value).__name__ in ("PjitFunction", "PmapFunction") or module.startswith(("jax", "jaxlib")) \
+            or hasattr(value, "lower") and hasattr(value, "trace"):
+        return "xla", label
+    if own_module.startswith("mpi4jax"):
+        return "mpi4jax", label
+    if own_module.startswith("jax"):
+        return "xla", label
+    return "own", label

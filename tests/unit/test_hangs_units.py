@@ -1,0 +1,322 @@
+"""Unit tests of the hang watchdog (launcher/supervisor/watchdog.py), the roll-call
+(launcher/supervisor/rollcall.py), where a thread is (launcher/rank/stacks.py), a barrier's own
+timeout, the spec's hang_timeout and the GPU's NCCL termination flag. The end-to-end runs are in
+tests/e2e/test_hangs.py."""
+
+import sys
+import threading
+import time
+
+import pytest
+
+from launcher.rank import stacks
+from launcher.supervisor import rollcall
+from launcher.supervisor.watchdog import CHECKPOINT_FACTOR, HangWatchdog, describe_setting
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
+def report(step, at, seconds=None):
+    return {"step": step, "time": at, "total": None, "step_seconds": seconds}
+
+
+# --- the watchdog ---------------------------------------------------------------------------
+
+def test_the_watchdog_waits_for_the_first_report_then_fires_after_hang_timeout():
+    clock = Clock()
+    dog = HangWatchdog(10, clock)
+    clock.now += 10_000  # start-up, however long: not counted
+    assert dog.check() is None
+    dog.progress(0, report(0, 1.0))
+    clock.now += 9.5
+    assert dog.check() is None
+    dog.progress(1, report(0, 1.0))  # any rank's progress counts
+    clock.now += 9.5
+    assert dog.check() is None
+    clock.now += 1
+    assert dog.check() == "no rank made progress for 10 s (hang_timeout: 10 s)"
+
+
+def test_a_message_with_only_collective_arrivals_is_not_a_report():
+    clock = Clock()
+    dog = HangWatchdog(5, clock)
+    dog.progress(0, {"arrivals": {"first": 1, "times": [1.0]}})
+    clock.now += 100
+    assert dog.check() is None and not dog.reported
+
+
+def test_compiling_stops_the_clock_and_its_end_restarts_it():
+    clock = Clock()
+    dog = HangWatchdog(5, clock)
+    dog.progress(0, report(0, 1.0))
+    clock.now += 4
+    dog.phase(1, "compiling")
+    clock.now += 600  # a compile far longer than hang_timeout
+    assert dog.check() is None
+    dog.phase(1, None)
+    clock.now += 4.9
+    assert dog.check() is None
+    clock.now += 0.2
+    assert "no rank made progress for 5 s" in dog.check()
+
+
+def test_a_checkpoint_gets_its_own_longer_allowance_and_arms_before_the_first_report():
+    clock = Clock()
+    dog = HangWatchdog(5, clock)
+    dog.phase(0, "checkpoint")  # a restore at start-up
+    clock.now += 5 * CHECKPOINT_FACTOR - 0.1
+    assert dog.check() is None
+    clock.now += 0.2
+    assert "checkpoint save or restore" in dog.check() and f"{CHECKPOINT_FACTOR}x hang_timeout" in dog.check()
+    dog.phase(0, None)  # the restore ended before the first report: start-up again
+    clock.now += 1000
+    assert dog.check() is None
+
+
+def test_auto_is_the_floor_or_twenty_times_the_slowest_step():
+    from launcher.spec.model import HANG_FLOOR_SECONDS, HANG_STEP_FACTOR
+
+    clock = Clock()
+    dog = HangWatchdog("auto", clock)
+    dog.progress(0, {**report(3, 10.0, 0.5), "reports": [{"step": s, "time": t, "metrics": {}}
+                                                          for s, t in ((1, 9.0), (2, 9.5), (3, 10.0))]})
+    assert dog.limit() == HANG_FLOOR_SECONDS
+    dog.progress(0, {**report(4, 100.0, 90.0), "reports": [{"step": 4, "time": 100.0, "metrics": {}}]})
+    assert dog.limit() == HANG_STEP_FACTOR * 90.0  # the 90 s between step 3 and step 4
+    clock.now += HANG_STEP_FACTOR * 90.0 + 1
+    assert "hang_timeout: auto, 30 min now" in dog.check()
+
+
+def test_off_never_fires():
+    clock = Clock()
+    dog = HangWatchdog(None, clock)
+    dog.progress(0, report(0, 1.0))
+    clock.now += 1e9
+    assert dog.check() is None and dog.limit() is None
+    assert describe_setting(None).startswith("off")
+
+
+# --- the roll-call ----------------------------------------------------------------------------
+
+def state(rank, kind, where, detail=None, host="n0"):
+    return {"rank": rank, "host": host, "place": {"kind": kind, "where": where, "detail": detail}, "where": where}
+
+
+def test_the_roll_call_names_the_rank_that_is_elsewhere_and_its_node():
+    states = [state(0, "xla", "/a/train.py:88 in main", "train_step", "n0"),
+              state(1, "xla", "/a/train.py:88 in main", "train_step", "n1"),
+              state(2, "own", "/a/loader.py:41 in read_batch", "time.sleep", "n2"),
+              state(3, "xla", "/a/train.py:88 in main", "train_step", "n3")]
+    roll = rollcall.roll_call(4, states)
+    assert roll["line"] == ("3 of 4 ranks wait in XLA (train.py:88 in main, calling train_step); rank 2 on n2 is "
+                            "elsewhere: in its own code at loader.py:41 in read_batch (time.sleep)")
+    assert [c["rank"] for c in roll["culprits"]] == [2]
+    assert rollcall.culprit_nodes(roll) == {"n2": "rank 2 held the job up (in its own code at loader.py:41 in "
+                                                  "read_batch (time.sleep))"}
+
+
+def test_a_rank_that_does_not_answer_or_left_is_named_too():
+    states = [state(0, "barrier", "/a/t.py:9 in main", "launcher.barrier")]
+    roll = rollcall.roll_call(3, states, finished_ranks={2})
+    assert [c["rank"] for c in roll["culprits"]] == [1, 2]
+    assert "rank 1 did not answer" in roll["line"] and "rank 2 had left its entrypoint" in roll["line"]
+
+
+def test_nobody_is_blamed_when_every_rank_waits_at_one_place_or_none_waits():
+    same = [state(r, "xla", "/a/t.py:5 in main", "step") for r in range(2)]
+    roll = rollcall.roll_call(2, same)
+    assert roll["culprits"] == [] and "no rank is elsewhere" in roll["line"]
+    busy = [state(r, "own", f"/a/t.py:{r} in main") for r in range(2)]
+    roll = rollcall.roll_call(2, busy)
+    assert roll["culprits"] == [] and roll["line"].startswith("no rank waits for a peer")
+    assert rollcall.culprit_nodes(roll) == {}
+
+
+def test_the_roll_call_reads_a_rank_state_without_a_place_from_its_collective():
+    old = {"rank": 0, "host": "n0", "where": "/a/t.py:3 in main", "waiting_in": {"seq": 2, "name": "allreduce"}}
+    roll = rollcall.roll_call(2, [old, state(1, "own", "/a/t.py:7 in main")])
+    assert roll["waiting"]["kind"] == "collective" and [c["rank"] for c in roll["culprits"]] == [1]
+
+
+def test_failure_json_of_a_hang_carries_the_roll_call_and_its_summary_names_the_culprit():
+    from launcher.supervisor import root_cause
+
+    states = [state(0, "xla", "/a/t.py:5 in main", "step", "n0"), state(1, "own", "/a/l.py:2 in read", None, "n1")]
+    failure = root_cause.build_failure(
+        state="TIMEOUT", reason="hang", num_processes=2, rank_errors=[], abort_requests=[], launcher_reports=[],
+        reports_every_task=False, finished_ranks=set(), started_ranks={0: "n0", 1: "n1"}, rank_states=states,
+        log_tail=lambda rank: "", launcher_exit_code=None, attempt=0, seen_at=time.time(),
+        detail="no rank made progress for 6 s (hang_timeout: 6 s)")
+    assert failure["summary"] == ("no rank made progress for 6 s (hang_timeout: 6 s); rank 1 on n1 held it up, "
+                                  "in its own code at l.py:2 in read")
+    assert failure["hang"]["roll_call"]["culprits"][0]["rank"] == 1
+    assert root_cause.summary_lines(failure)[1].startswith("roll-call: 1 of 2 ranks waits in XLA")
+
+
+# --- where a thread is (real threads) --------------------------------------------------------
+
+def _place_of_blocked(target):
+    """The place of a thread blocked in `target` (a function of this file)."""
+    ready, release = threading.Event(), threading.Event()
+    thread = threading.Thread(target=target, args=(ready, release), daemon=True)
+    thread.start()
+    ready.wait(5)
+    time.sleep(0.2)
+    try:
+        return stacks.place(thread.ident)
+    finally:
+        release.set()
+        thread.join(5)
+
+
+def _waits_on_a_lock(ready, release):
+    lock = threading.Lock()
+    lock.acquire()
+    ready.set()
+    while not release.is_set():
+        lock.acquire(timeout=0.05)
+
+
+def _waits_in_a_launcher_barrier(ready, release):
+    from launcher.rank.collectives import ops
+
+    def barrier(name="x", timeout=None):  # a stand-in with the collectives module's file and name
+        ready.set()
+        release.wait(5)
+
+    barrier.__code__ = barrier.__code__.replace(co_filename=ops.__file__, co_name="barrier")
+    barrier("epoch")
+
+
+def test_place_names_the_call_a_job_line_makes(monkeypatch):
+    monkeypatch.setattr(stacks, "is_own_code", lambda filename: filename == __file__)
+    place = _place_of_blocked(_waits_on_a_lock)
+    assert place["kind"] == "own" and place["detail"] == "lock.acquire"
+    assert place["where"].startswith(f"{__file__}:") and place["where"].endswith("in _waits_on_a_lock")
+    place = _place_of_blocked(_waits_in_a_launcher_barrier)
+    assert place["kind"] == "barrier" and place["detail"] == "launcher.barrier"
+
+
+def test_a_jitted_function_is_a_wait_in_xla():
+    jax = pytest.importorskip("jax")
+    step = jax.jit(lambda x: x + 1)
+    assert stacks._kind_of_callable(step, "step") == ("xla", "step")
+    assert stacks._kind_of_callable(time.sleep, "time.sleep") == ("own", "time.sleep")
+
+
+def test_compiling_is_a_phase_and_a_checkpoint_read_too():
+    assert stacks._kind_of_frame(f"{sys.prefix}/lib/python3.11/site-packages/jax/_src/compiler.py",
+                                 "backend_compile_and_load")[0] == "compiling"
+    assert stacks._kind_of_frame(stacks.LAUNCHER_DIR + "rank/checkpoints/manager.py", "load") == ("checkpoint", "load")
+    assert stacks._kind_of_frame(stacks.LAUNCHER_DIR + "rank/checkpoints/manager.py", "_collective")[0] == "collective"
+    assert stacks._kind_of_frame("/x/site-packages/jax/experimental/multihost_utils.py",
+                                 "sync_global_devices")[0] == "barrier"
+
+
+# --- a barrier's own timeout, through the rank's monitor ---------------------------------------
+
+class Recorder:
+    def __init__(self):
+        self.sent = []
+
+    def send(self, kind, record):
+        self.sent.append((kind, record))
+
+
+def test_a_barrier_past_its_timeout_asks_the_supervisor_to_stop_the_job(tmp_path):
+    from launcher.rank.monitor import RankMonitor
+    from launcher.rank.tracker import CollectiveTracker
+
+    tracker = CollectiveTracker()
+    monitor = RankMonitor(run=None, rank=0, size=2, collective_timeout=1800, tracker=tracker)
+    recorder = Recorder()
+    monitor.send = recorder.send
+    seq = tracker.start("barrier 'epoch'")
+    tracker.enter(seq, "barrier 'epoch'", timeout=0.3)
+    monitor.check()
+    assert not any(kind == "abort" for kind, _ in recorder.sent)
+    time.sleep(0.4)
+    monitor.check()
+    aborts = [record for kind, record in recorder.sent if kind == "abort"]
+    assert aborts and aborts[0].reason == "collective_timeout"
+    assert "barrier 'epoch' #1 on rank 0 waited 0 s, past its timeout=0.3 s" == aborts[0].message
+    tracker.leave()
+    assert tracker.blocking_timeout is None
+
+
+def test_barrier_refuses_a_timeout_that_is_not_positive():
+    from launcher.rank.collectives import ops
+
+    with pytest.raises(ValueError, match="positive seconds"):
+        ops.barrier("x", timeout=0)
+
+
+def test_the_monitor_never_waits_for_an_unfinished_metric():
+    from launcher.rank.progress import ProgressReporter
+
+    class Pending:
+        ready = False
+
+        def is_ready(self):
+            return self.ready
+
+    loss = Pending()
+    reporter = ProgressReporter(rank=0)
+    reporter.report(0, loss=1.0)
+    reporter.report(1, loss=loss)
+    message = reporter.take()
+    assert [r["step"] for r in message["reports"]] == [0] and not reporter.pending
+    loss.ready = True
+    assert reporter.pending and [r["step"] for r in reporter.take()["reports"]] == [1]
+
+
+# --- the spec and the GPU's flags --------------------------------------------------------------
+
+def test_hang_timeout_is_auto_by_default_and_takes_durations_or_null(write_spec):
+    from launcher.spec.load import load_spec
+
+    assert load_spec(write_spec("name: x\nentrypoint: m:f\n")).hang_timeout == "auto"
+    assert load_spec(write_spec("name: x\nentrypoint: m:f\n")).collective_timeout == 1800
+    assert load_spec(write_spec("name: x\nentrypoint: m:f\nhang_timeout: 5m\n")).hang_timeout == 300
+    assert load_spec(write_spec("name: x\nentrypoint: m:f\nhang_timeout: null\n")).hang_timeout is None
+
+
+def test_a_wrong_hang_timeout_names_the_line_and_the_fix(write_spec):
+    from conftest import jaxlaunch
+
+    path = write_spec("name: x\nentrypoint: m:f\nhang_timeout: soon\n")
+    from click.testing import CliRunner
+
+    from launcher.cli import main
+
+    result = CliRunner().invoke(main, ["explain", str(path)])
+    assert result.exit_code == 2 and f"{path}:3: hang_timeout" in result.output and "'auto'" in result.output
+    del jaxlaunch
+
+
+def test_explain_shows_the_limits_in_force(write_spec):
+    from launcher.explain import watchdog_lines
+    from launcher.spec.load import load_spec
+
+    spec = load_spec(write_spec("name: x\nentrypoint: m:f\nhang_timeout: 2m\n"))
+    assert watchdog_lines(spec) == [
+        "hang watchdog: 2 min; a checkpoint save or restore gets 8 min; compiling is not counted",
+        "a launcher collective may wait 30 min; the whole job may run none (timeout)"]
+
+
+def test_the_nccl_termination_timeout_follows_hang_timeout_unless_the_user_set_it():
+    from launcher.rank.topology import device_environment
+
+    env = device_environment("gpu", 1, 0, {}, hang_timeout=300)
+    assert env["XLA_FLAGS"] == "--xla_gpu_nccl_termination_timeout_seconds=600"
+    assert "=1200" in device_environment("gpu", 1, 0, {}, hang_timeout="auto")["XLA_FLAGS"]
+    mine = {"XLA_FLAGS": "--xla_gpu_nccl_termination_timeout_seconds=42"}
+    assert device_environment("gpu", 1, 0, mine, hang_timeout=300)["XLA_FLAGS"] == mine["XLA_FLAGS"]
+    assert "XLA_FLAGS" not in device_environment("gpu", 1, 0, {}, hang_timeout=None)
+    assert "nccl" not in device_environment("cpu", 1, 0, {}, hang_timeout=300)["XLA_FLAGS"]
