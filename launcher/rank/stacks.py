@@ -9,7 +9,8 @@ waiting inside XLA's cross-process collective sits at the line that calls the ji
 The callee is found from the line's source, by name lookups only (no attribute's code is run).
 
 kinds: `xla` (a JAX computation or its result), `collective` (a launcher collective), `barrier`
-(launcher.barrier, multihost_utils.sync_global_devices, JAX's coordination barrier), `mpi4jax`,
+(launcher.barrier, multihost_utils.sync_global_devices, JAX's coordination barrier), `mpi4jax`, `mpi`
+(the program's own mpi4py call),
 `checkpoint` (a save or restore), `compiling` (tracing, lowering or compiling with XLA), `own`
 (the job's own code or a call it makes that is none of these: a loader, a lock, a sleep).
 """
@@ -25,7 +26,7 @@ from pathlib import Path
 
 LAUNCHER_DIR = str(Path(__file__).resolve().parent.parent) + os.sep
 # Kinds in which a rank waits for its peers; any other kind is where a rank may hold them up.
-WAITING_KINDS = ("xla", "collective", "barrier", "mpi4jax")
+WAITING_KINDS = ("xla", "collective", "barrier", "mpi4jax", "mpi")
 
 # Frames of JAX that trace, lower or compile (measured on jax 0.10.2: compile_or_get_cached and
 # backend_compile_and_load in compiler.py, lowering in interpreters/mlir.py and pxla.py, tracing in
@@ -201,6 +202,8 @@ def _kind_of_callable(value, label: str) -> tuple[str, str]:
         return "xla", label
     if own_module.startswith("mpi4jax"):
         return "mpi4jax", label
+    if own_module.startswith("mpi4py") or module.startswith("mpi4py"):
+        return "mpi", label  # the program's own MPI call (comm.Barrier(), comm.allreduce(...))
     if own_module.startswith("jax"):
         return "xla", label
     return "own", label

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import os
 
-WAITING_KINDS = ("xla", "collective", "barrier", "mpi4jax")  # as launcher/rank/stacks.py
+WAITING_KINDS = ("xla", "collective", "barrier", "mpi4jax", "mpi")  # as launcher/rank/stacks.py
 KIND_WORDS = {"xla": "in XLA", "collective": "in a launcher collective", "barrier": "at a barrier",
-              "mpi4jax": "in mpi4jax", "checkpoint": "in a checkpoint save or restore",
+              "mpi4jax": "in mpi4jax", "mpi": "in MPI", "checkpoint": "in a checkpoint save or restore",
               "compiling": "compiling", "own": "in its own code"}
 
 

@@ -77,6 +77,9 @@ def test_the_same_job_without_a_stall_completes_under_load_with_no_false_alarm(t
     assert quiet.returncode == 0
     loaded = json.loads((tmp_path / "loaded" / "result.json").read_text())
     assert loaded["w"] == json.loads((tmp_path / "quiet" / "result.json").read_text())["w"]
+    events = [json.loads(line) for line in (tmp_path / "quiet" / "events.jsonl").read_text().splitlines()]
+    shutdown = next(e for e in events if e["event"] == "jax_distributed_shutdown")  # a clean, bounded shutdown
+    assert shutdown["seconds"] < 60
 
 
 def test_a_rank_deadlocked_in_its_threads_while_the_others_wait_at_a_barrier_is_named(tmp_path):

@@ -149,10 +149,14 @@ def test_timeout_dumps_stacks_and_reports_where_each_rank_is(tmp_path):
     assert result.returncode == 124, result.stderr
     assert time.monotonic() - started < 20
     lines = result.stderr[result.stderr.index("TIMEOUT: timed out after 8 s"):].splitlines()
-    assert lines[1].startswith("  rank 0 (") and "in allreduce #2 for " in lines[1]
-    assert "misbehave.py:15 in _wait_in_allreduce" in lines[1]
-    assert lines[2].startswith("  rank 1 (") and "not in a collective (1 started)" in lines[2]
-    assert "misbehave.py:20 in stuck_outside_collectives" in lines[2]
+    assert "rank 1 on " in lines[0] and "held it up" in lines[0]  # issue 33: the roll-call, in the summary
+    assert lines[1].startswith("roll-call: 1 of 2 ranks waits in a launcher collective (misbehave.py:15 in "
+                               "_wait_in_allreduce, calling launcher.allreduce); rank 1 on ")
+    assert "is elsewhere: in its own code at misbehave.py:20 in stuck_outside_collectives" in lines[1]
+    assert lines[2].startswith("  rank 0 (") and "in allreduce #2 for " in lines[2]
+    assert "misbehave.py:15 in _wait_in_allreduce" in lines[2]
+    assert lines[3].startswith("  rank 1 (") and "not in a collective (1 started)" in lines[3]
+    assert "misbehave.py:20 in stuck_outside_collectives" in lines[3]
     failure = json.loads((run_dir / "failure.json").read_text())
     assert failure["state"] == "TIMEOUT" and failure["reason"] == "timeout"
     assert [r["rank"] for r in failure["hang"]["ranks"] if r["answered"]] == [0, 1]

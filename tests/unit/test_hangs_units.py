@@ -320,3 +320,60 @@ def test_the_nccl_termination_timeout_follows_hang_timeout_unless_the_user_set_i
     assert device_environment("gpu", 1, 0, mine, hang_timeout=300)["XLA_FLAGS"] == mine["XLA_FLAGS"]
     assert "XLA_FLAGS" not in device_environment("gpu", 1, 0, {}, hang_timeout=None)
     assert "nccl" not in device_environment("cpu", 1, 0, {}, hang_timeout=300)["XLA_FLAGS"]
+
+
+# --- JAX's runtime: a bounded shutdown -------------------------------------------------------
+
+def test_a_shutdown_that_never_returns_is_abandoned_after_its_time(monkeypatch):
+    import types
+
+    from launcher.rank import jax_runtime
+
+    calls = []
+    never = threading.Event()
+    fake = types.SimpleNamespace(distributed=types.SimpleNamespace(
+        is_initialized=lambda: True, shutdown=lambda: (calls.append(1), never.wait(30))))
+    monkeypatch.setitem(sys.modules, "jax", fake)
+    monkeypatch.setattr(jax_runtime, "SHUTDOWN_ABANDONED", False)
+    started = time.monotonic()
+    assert jax_runtime.shutdown_jax_distributed(timeout=0.3) >= 0.3
+    assert time.monotonic() - started < 5 and calls == [1]
+    assert jax_runtime.SHUTDOWN_ABANDONED  # the rank's exit then skips JAX's exit handler
+    never.set()
+
+
+def test_no_shutdown_without_a_runtime(monkeypatch):
+    import types
+
+    from launcher.rank import jax_runtime
+
+    fake = types.SimpleNamespace(distributed=types.SimpleNamespace(is_initialized=lambda: False))
+    monkeypatch.setitem(sys.modules, "jax", fake)
+    assert jax_runtime.shutdown_jax_distributed() is None
+
+
+# --- the supervisor's note for a job that never reports --------------------------------------
+
+def test_a_job_that_has_not_reported_is_told_once_that_the_watchdog_waits_for_its_first_report(write_spec, tmp_path):
+    import types
+
+    from launcher.rundir import RunDirectory
+    from launcher.spec.load import load_spec
+    import importlib
+
+    supervise = importlib.import_module("launcher.supervisor.supervise")
+
+    spec = load_spec(write_spec("name: x\nentrypoint: m:f\nprocesses_per_node: 2\n"))
+    said = []
+    supervisor = supervise.Supervisor(spec, RunDirectory(tmp_path / "run"), [], {}, echo=said.append)
+    supervisor.watchdog = HangWatchdog(spec.hang_timeout)
+    started = [{"rank": 0, "time": time.time()}, {"rank": 1, "time": time.time()}]
+    supervisor.channel = types.SimpleNamespace(started=lambda: started)
+    supervisor._note_unarmed_watchdog()
+    assert said == []  # not in the first minute
+    for record in started:
+        record["time"] -= supervise.UNARMED_NOTE_SECONDS + 1
+    supervisor._note_unarmed_watchdog()
+    supervisor._note_unarmed_watchdog()
+    assert len(said) == 1 and "no ctx.report() from the job in its first 60 s" in said[0]
+    assert "collective_timeout=1800 s" in said[0]
