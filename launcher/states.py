@@ -92,6 +92,7 @@ class StatusRecord:
     preemptions: int = 0
     timeouts: int = 0
     node_failures: int = 0            # requeues that left bad nodes behind (failed, or failed the health check)
+    hang_requeues: int = 0            # requeues after a hang, without the node of the rank that held the job up
     excluded_nodes: list | None = None  # the nodes this job excludes from its requeues
     supervisor_pid: int | None = None   # a local run's supervisor: pid, its start time, the host
     supervisor_start: int | None = None

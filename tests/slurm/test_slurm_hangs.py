@@ -26,7 +26,9 @@ def test_a_hang_requeues_the_job_without_the_culprits_node_and_it_completes(slur
     culprit = hang["hang"]["roll_call"]["culprits"][0]
     assert culprit["rank"] == 1 and "read_batch" in culprit["where"] and hang["reason"] == "hang"
     assert status["excluded_nodes"] == [culprit["host"]] and status["requeues"] == 1
-    assert status["node_failures"] == 0  # a hang is not a node failure
+    assert status["node_failures"] == 0 and status["hang_requeues"] == 1  # a hang is not a node failure
+    shown = jaxlaunch("status", job_id, env=slurm_env).stdout
+    assert "1 hang, 0 bad-node requeues; excluded nodes: " + culprit["host"] in shown
     final = job_record(slurm_cluster, job_id)
     assert culprit["host"] in hostnames(slurm_cluster, final["ExcNodeList"])
     assert culprit["host"] not in hostnames(slurm_cluster, final["NodeList"])

@@ -82,7 +82,8 @@ class SlurmAllocation(Allocation):
             return JobState.FAILED, failure
         if failure is not None and run.failure_file.exists():
             run.failure_file.rename(run.logs / run.failure_file.name)  # the attempt's, kept with its logs
-        run.update_status(requeues=status.requeues + 1, node_failures=status.node_failures + (cause != "hang"))
+        counter = "hang_requeues" if cause == "hang" else "node_failures"
+        run.update_status(requeues=status.requeues + 1, **{counter: getattr(status, counter) + 1})
         echo(f"jaxlaunch: node(s) {what} ({listing}); requeueing job {self.job_id} without them "
              f"(requeue {status.requeues + 1} of at most {spec.slurm.max_requeues}); it resumes from "
              f"its latest checkpoint")

@@ -236,6 +236,8 @@ class SlurmJob(Job):
             return None
         line = (f"requeued {_count(status.requeues, 'time')}: {_count(status.preemptions, 'preemption')}, "
                 f"{_count(status.timeouts, 'time limit')}")
+        if status.hang_requeues:
+            line += f", {_count(status.hang_requeues, 'hang')}"
         if status.node_failures or status.excluded_nodes:
             line += (f", {_count(status.node_failures, 'bad-node requeue')}; excluded nodes: "
                      f"{', '.join(status.excluded_nodes or []) or 'none'}")
