@@ -352,8 +352,10 @@ def watch(job_id, interval):
 @_user_errors
 def goodput(job_id, plot_path):
     """Where a job's wall time went, over every attempt and requeue: queued, start-up, first step,
-    productive steps, checkpoint blocking, work lost, wind-down, between attempts. For a sweep
-    directory: summed over its tasks."""
+    productive steps, checkpoint blocking, work lost, wind-down, between attempts; then each
+    attempt's start-up budget: queue wait, launch, imports and MPI, jax.distributed, JAX and
+    devices, preflight, restore, compile and first step. For a sweep directory: summed over its
+    tasks."""
     from pathlib import Path
 
     from tabulate import tabulate
@@ -374,6 +376,11 @@ def goodput(job_id, plot_path):
         result, name = job.goodput(), job.id
     click.echo(tabulate(result.rows(), headers=["", "SECONDS", "SHARE"]))
     click.echo(f"goodput: {100 * result.goodput:.1f}% of the wall time was productive steps")
+    if result.budgets:
+        from .goodput import BUDGET_PHASES
+
+        click.echo("\nstart-up budget, seconds from each attempt's start to its first report:")
+        click.echo(tabulate(result.budget_rows(), headers=["ATTEMPT", *(p.upper() for p in BUDGET_PHASES), "TOTAL"]))
     if plot_path:
         from .goodput import plot
 

@@ -29,12 +29,49 @@ CATEGORIES = ["queued", "start-up", "first step", "productive steps", "checkpoin
               "wind-down", "between attempts"]
 
 
+# Each attempt's way to its first step (the start-up budget, `jaxlaunch goodput` and `status -v`):
+# from the supervisor's attempt_started, rank 0's main_started (its `startup` times: process start,
+# MPI ready, jax.distributed ready, JAX's devices ready, preflight done), its restore and the compile
+# seconds JAX reported before its first ctx.report (first_report).
+BUDGET_PHASES = ["queue wait", "launch", "imports and MPI", "jax.distributed", "JAX and devices", "preflight",
+                 "restore", "compile", "first step"]
+
+
+def start_up_budget(start: float, previous_end: float | None, queued: float, events: list[dict],
+                    end: float) -> dict:
+    """Seconds per BUDGET_PHASES of one attempt (None: the phase was not seen), and `total`: from
+    the attempt's start to its first report (None: it never reported)."""
+    inside = [e for e in events if start <= e.get("time", 0) <= end]
+    main = next((e for e in inside if e["event"] == "main_started"), None)
+    first = next((e for e in inside if e["event"] == "first_report"), None)
+    restored = next((e for e in inside if e["event"] == "restored"), None)
+    phases: dict = {name: None for name in BUDGET_PHASES}
+    phases["queue wait"] = queued if previous_end is None else max(0.0, start - previous_end)
+    if main is not None:
+        marks = main.get("startup") or {}
+        previous = start
+        for name, key in (("launch", "process"), ("imports and MPI", "mpi"), ("jax.distributed", "jax_distributed"),
+                          ("JAX and devices", "devices"), ("preflight", "preflight")):
+            if marks.get(key) is not None:
+                phases[name] = max(0.0, marks[key] - previous)
+                previous = marks[key]
+        if first is not None:
+            after_main = max(0.0, first["at"] - main["time"])
+            restore = min(after_main, (restored or {}).get("seconds") or 0.0) if restored else None
+            compiled = min(after_main - (restore or 0.0), first.get("compile_seconds") or 0.0)
+            phases["restore"], phases["compile"] = restore, compiled
+            phases["first step"] = max(0.0, after_main - (restore or 0.0) - compiled)
+    phases["total"] = None if first is None else first["at"] - start
+    return phases
+
+
 @dataclass
 class Goodput:
     wall_seconds: float
     seconds: dict = field(default_factory=dict)          # category -> seconds
     steps_recomputed: int = 0
     attempts: list = field(default_factory=list)         # per attempt: its intervals, for the timeline
+    budgets: list = field(default_factory=list)          # per attempt: its start-up budget (start_up_budget)
     submitted: float | None = None
 
     @property
@@ -52,6 +89,13 @@ class Goodput:
         rows[CATEGORIES.index("work lost")][0] = f"work lost ({self.steps_recomputed} steps recomputed)"
         rows.append(["wall time", f"{self.wall_seconds:.1f}", f"{100 * self.accounted:.1f}% accounted"])
         return rows
+
+    def budget_rows(self) -> list[list]:
+        """One row per attempt: its seconds per start-up phase, and in all to its first step."""
+        def shown(value):
+            return "-" if value is None else f"{value:.1f}"
+        return [[budget["attempt"], *(shown(budget[name]) for name in BUDGET_PHASES), shown(budget["total"])]
+                for budget in self.budgets]
 
 
 def goodput(run_dir) -> Goodput:
@@ -112,6 +156,10 @@ def goodput(run_dir) -> Goodput:
         if index + 1 < len(attempts):
             result.seconds["between attempts"] += attempts[index + 1]["start"] - attempt["end"]
     result.attempts = [{k: v for k, v in a.items() if k != "reports"} for a in attempts]
+    for index, attempt in enumerate(attempts):
+        previous_end = attempts[index - 1]["end"] if index else None
+        budget = start_up_budget(attempt["start"], previous_end, result.seconds["queued"], events, attempt["end"])
+        result.budgets.append({"attempt": attempt["attempt"], **budget})
     return result
 
 

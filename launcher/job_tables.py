@@ -42,9 +42,31 @@ def job_lines(job, named: bool, verbose: bool, echo) -> None:
         echo(f"{label} {note}")
     if named or not job.state().final:
         progress_lines(job, label, verbose, echo)
+    if verbose:
+        for line in budget_lines(job):
+            echo(f"{label} {line}")
     if named and job.state() in EXPLAINED_STATES:
         for line in job.failure_lines():
             echo(f"{label} {line}")
+
+
+def budget_lines(job) -> list[str]:
+    """`status -v`: each attempt's start-up budget, one line each (launcher/goodput.py)."""
+    from .goodput import BUDGET_PHASES
+
+    if getattr(job, "run", None) is None or not job.run.status_file.exists():
+        return []
+    try:
+        budgets = job.goodput().budgets
+    except (OSError, ValueError, KeyError):
+        return []
+    lines = []
+    for budget in budgets:
+        if budget["total"] is None:
+            continue
+        parts = ", ".join(f"{name} {budget[name]:.1f}" for name in BUDGET_PHASES if budget[name])
+        lines.append(f"attempt {budget['attempt']}: {budget['total']:.1f} s to its first report ({parts})")
+    return lines
 
 
 def find_known_job(job_id_or_run_dir, needs_run_dir: bool = False):

@@ -127,8 +127,22 @@ _LAUNCH_FILES = {__file__, program.__file__}
 NO_RESULT = object()  # a script or module that never called set_result
 
 
+def process_started() -> float | None:
+    """When this process started (seconds since the epoch), from Linux's /proc; None elsewhere."""
+    try:
+        ticks = int(open("/proc/self/stat").read().rpartition(")")[2].split()[19])  # field 22: since boot
+        age = time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK")
+        return time.time() - age
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
+
+
 def main() -> None:
+    # The start-up budget (launcher/goodput.py): when each phase of this rank's start ended.
+    startup = {"process": process_started()}
     from mpi4py import MPI  # MPI_Init happens here; JAX is not imported yet
+
+    startup["mpi"] = time.time()
 
     from ..rundir import RunDirectory
     from .channel import ControlClient
@@ -158,6 +172,13 @@ def main() -> None:
                             node_index=node_index, num_nodes=num_nodes)
 
         os.environ.update(setup_devices(spec, topology, os.environ))
+        from . import compile_cache
+
+        # JAX's persistent cache, shared by the job's attempts: set before JAX is imported.
+        cache = compile_cache.cache_folder(spec.compile_cache, run.path, spec.platform)
+        os.environ.update(compile_cache.environment(cache, os.environ,
+                                                    private_parent=spec.compile_cache == compile_cache.RUN_DIR_CACHE))
+        compile_cache.count_after_jax_import()
         from .jax_runtime import InitializeAnswer, coordinator_address
         from .jax_runtime import start_jax_distributed as start_runtime
 
@@ -178,6 +199,7 @@ def main() -> None:
             import jax  # noqa: E402  (after the device environment, on purpose)
 
             log_runtime_start(start_runtime(jax, address, size, rank, spec.platform, spec.jax_distributed_timeout))
+            startup["jax_distributed"] = time.time()
         # A program's own jax.distributed.initialize() gets jaxlaunch's coordinator and timeout.
         InitializeAnswer(address, size, rank, spec.platform, spec.jax_distributed_timeout,
                          started_by_jaxlaunch=spec.jax_distributed,
@@ -191,14 +213,17 @@ def main() -> None:
             _set_context(build=lambda: _job_context(spec, run, comm, topology, monitor))
         else:
             ctx = _job_context(spec, run, comm, topology, monitor)
+            startup["devices"] = time.time()  # JAX imported, its backend and devices up
             run_preflight(comm, run, rank, ctx.local_devices, spec.devices_per_process)
             _set_context(ctx)
+        startup["preflight"] = time.time()
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s",
                             stream=sys.stderr)
         code = run.code if spec.snapshot else None
         function = None if spec.runs_program else load_entrypoint(spec.entrypoint, code)
         if rank == 0:
-            run.log_event("main_started", attempt=int(os.environ.get(ATTEMPT_ENV, "0")))  # start-up ends here
+            run.log_event("main_started", attempt=int(os.environ.get(ATTEMPT_ENV, "0")),  # start-up ends here
+                          startup={k: round(v, 3) for k, v in startup.items() if v is not None})
         started = time.perf_counter()
         value = None
         try:
@@ -221,6 +246,8 @@ def main() -> None:
             from .context import context
 
             context().checkpoints.wait()  # a save still being written: on disk (or its error raised) before the end
+        if rank == 0 and compile_cache.COUNTER.listening and os.environ.get("JAX_COMPILATION_CACHE_DIR"):
+            run.log_event("compile_cache", folder=os.environ["JAX_COMPILATION_CACHE_DIR"], **compile_cache.COUNTER.counts)
         from .jax_runtime import shutdown_jax_distributed
 
         # JAX's runtime, ours or the program's, shut down on every rank while the monitor still answers.

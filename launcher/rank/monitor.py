@@ -77,6 +77,7 @@ class RankMonitor:
         self._flush_every = POLL_SECONDS if rank == 0 else FLUSH_SECONDS
         self._next_flush = time.monotonic() + self._flush_every
         self._arrivals_sent = 0  # the last collective whose arrival time was sent
+        self._first_logged = False
         self._stop = threading.Event()
         self._dump_fd = None
 
@@ -138,6 +139,10 @@ class RankMonitor:
                 return
 
     def _flush_once(self, final: bool = False) -> None:
+        if self.rank == 0 and self.progress.first is not None and not self._first_logged and self.run is not None:
+            self._first_logged = True  # the start-up budget's end (launcher/goodput.py)
+            at, compiled = self.progress.first
+            self.run.log_event("first_report", at=at, compile_seconds=compiled)
         message = self.progress.take(wait=final)
         first, times = self.tracker.arrivals_since(self._arrivals_sent)
         if times:

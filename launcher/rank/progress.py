@@ -46,6 +46,12 @@ def plain_number(value):
     return number if isinstance(number, (int, float)) and not isinstance(number, bool) else value
 
 
+def _compile_seconds() -> float:
+    from .compile_cache import COUNTER
+
+    return round(COUNTER.compile_seconds, 3)
+
+
 def _is_computed(value) -> bool:
     is_ready = getattr(value, "is_ready", None)
     if is_ready is None:
@@ -69,8 +75,11 @@ class ProgressReporter:
         self.total: int | None = None
         self._reports: deque = deque()  # append and popleft are thread-safe
         self._previous: tuple[int, float] | None = None  # (step, time) of the last report sent
+        self.first: tuple[float, float] | None = None  # (time, seconds compiled by then) of the first report
 
     def report(self, step: int, total: int | None = None, **metrics) -> None:
+        if self.first is None:  # the start-up budget: when, and after how much compiling
+            self.first = (time.time(), _compile_seconds())
         self._reports.append((step, time.time(), total, metrics if self.rank == 0 else None))
 
     def take(self, wait: bool = False) -> dict | None:

@@ -12,6 +12,8 @@ Layout (the same for local runs and Slurm jobs):
     logs/control.json   every message the ranks sent the supervisor in this attempt (supervisor/channel.py)
     failure.json        the root cause of a failed, timed-out or cancelled job (schema: launcher/supervisor/root_cause.py, build_failure)
     checkpoints/step-N/ what ctx.checkpoints.save wrote (launcher/rank/checkpoints/)
+    compile-cache/KEY/  JAX's persistent compilation cache, shared by the attempts (0700; KEY: jaxlib
+                        version, platform, machine kind; spec key compile_cache; launcher/rank/compile_cache.py)
     metrics.jsonl       ctx.report's progress: rank 0's metrics and every rank's step time (appended)
     events.jsonl        the run's timeline: notices, checkpoints, requeues, resumes
     result.json         what the entrypoint returned on rank 0, or what a script gave set_result() (arrays

@@ -124,6 +124,12 @@ def _known_placeholders(value: str) -> None:
         raise ValueError("the run directory is empty")
 
 
+def _cache_folder(value: str) -> None:
+    if value != "run_dir" and not Path(value).expanduser().is_absolute():
+        raise ValueError(f"{value!r} is not 'run_dir' or an absolute folder (the ranks may start elsewhere); "
+                         f"write 'run_dir', an absolute path, or null to turn the cache off")
+
+
 def _env_scalars_to_strings(value: dict) -> dict:
     # YAML turns `OMP_NUM_THREADS: 4` into an int; environment values are strings anyway.
     return {k: str(v).lower() if isinstance(v, bool) else str(v) if isinstance(v, (int, float)) else v
@@ -280,6 +286,10 @@ class JobSpec(Record):
     async_checkpoints: bool = field(
         Boolean(), "ctx.checkpoints.save returns once the state is in host memory and writes it in the "
                    "background; false: every save blocks until it is on disk", True)
+    compile_cache: str | None = field(
+        Optional(Text()), "JAX's persistent compilation cache, shared by the job's attempts, restarts and requeues: "
+                          "`run_dir` (RUN_DIR/compile-cache), an absolute folder to share between jobs, or null (off); "
+                          "kept per jaxlib version and machine kind, 0700", "run_dir", checks=(_cache_folder,))
     snapshot: bool = field(
         Boolean(), "copy the job's code (the entrypoint's folder, else the working directory) into RUN_DIR/code "
                    "when the run directory is made, and run that copy: edits made while the job waits in the queue "

@@ -128,3 +128,27 @@ def test_a_compile_longer_than_hang_timeout_is_not_a_hang(tmp_path):
     events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
     assert not any(e.get("event") == "attempt_ended" and e.get("state") != "COMPLETED" for e in events)
     assert os.path.exists(run_dir / "result.json")
+
+
+def test_a_hang_restarts_the_job_locally_and_the_restart_loads_its_executables_from_the_cache(tmp_path):
+    """max_restarts: 1: attempt 0 hangs (rank 1 stuck in its loader) and is stopped with a roll-call;
+    attempt 1 resumes from the checkpoint, loads its executables from RUN_DIR/compile-cache (issue 34's
+    cache, shared by attempts) and completes."""
+    run_dir = tmp_path / "run"
+    result, _ = run_hangs(run_dir, "params.how=loader", "max_restarts=1")
+    assert result.returncode == 0, result.stderr[-3000:]
+    hang = json.loads((run_dir / "logs" / "attempt-0" / "failure.json").read_text())
+    assert hang["reason"] == "hang" and [c["rank"] for c in hang["hang"]["roll_call"]["culprits"]] == [1]
+    assert json.loads((run_dir / "result.json").read_text())["attempt"] == 1
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    cache = [e for e in events if e["event"] == "compile_cache"]
+    assert len(cache) == 1 and cache[0]["hits"] > 0, cache  # attempt 1's, the only one whose main returned
+    folder = run_dir / "compile-cache"
+    assert oct(folder.stat().st_mode & 0o777) == "0o700" and any(folder.rglob("*-cache"))
+    # issue 34's start-up budget: each attempt's way to its first report, from real events
+    shown = jaxlaunch("goodput", run_dir)
+    assert shown.returncode == 0 and "start-up budget" in shown.stdout, shown.stdout + shown.stderr
+    budget = [line.split() for line in shown.stdout.splitlines()[-2:]]
+    assert [row[0] for row in budget] == ["0", "1"] and all(row[-1] != "-" for row in budget), shown.stdout
+    verbose = jaxlaunch("status", "-v", run_dir).stdout
+    assert "attempt 1: " in verbose and "s to its first report (" in verbose and "compile" in verbose, verbose

@@ -36,3 +36,32 @@ def test_plot_draws_a_reported_metric_and_names_the_ones_there_are(tmp_path):
     assert by_time.stdout.strip().endswith("(40 points)")
     missing = jaxlaunch("plot", tmp_path, "accuracy")
     assert missing.returncode == 2 and "its metrics: loss" in missing.stderr and "Traceback" not in missing.stderr
+
+
+def test_the_start_up_budget_splits_each_attempts_way_to_its_first_report():
+    """Issue 34: queue wait, launch, imports and MPI, jax.distributed, JAX and devices, preflight,
+    restore, compile and first step, from the supervisor's and rank 0's events."""
+    from launcher.goodput import BUDGET_PHASES, start_up_budget
+
+    events = [
+        {"event": "attempt_started", "time": 100.0},
+        {"event": "main_started", "time": 110.0, "startup": {"process": 101.0, "mpi": 103.0, "jax_distributed": 104.5,
+                                                            "devices": 107.0, "preflight": 109.5}},
+        {"event": "restored", "time": 111.0, "step": 20, "seconds": 1.0},
+        {"event": "first_report", "time": 116.2, "at": 116.0, "compile_seconds": 4.0},
+    ]
+    budget = start_up_budget(100.0, 90.0, 0.0, events, end=200.0)
+    assert [budget[name] for name in BUDGET_PHASES] == [10.0, 1.0, 2.0, 1.5, 2.5, 2.5, 1.0, 4.0, 1.0]
+    assert budget["total"] == 16.0
+    first = start_up_budget(100.0, None, 7.0, events[:2], end=200.0)  # the first attempt; it never reported
+    assert first["queue wait"] == 7.0 and first["compile"] is None and first["total"] is None
+
+
+def test_a_program_without_devices_or_runtime_marks_leaves_those_phases_out():
+    from launcher.goodput import start_up_budget
+
+    events = [{"event": "main_started", "time": 5.0, "startup": {"process": 1.0, "mpi": 2.0, "preflight": 3.0}},
+              {"event": "first_report", "time": 9.0, "at": 9.0, "compile_seconds": 10.0}]
+    budget = start_up_budget(0.0, None, 0.0, events, end=20.0)
+    assert budget["jax.distributed"] is None and budget["JAX and devices"] is None and budget["preflight"] == 1.0
+    assert budget["compile"] == 4.0 and budget["first step"] == 0.0  # never more than main to the first report

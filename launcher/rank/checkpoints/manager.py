@@ -301,6 +301,7 @@ class Checkpoints:
         checkpoint saved on any layout restores onto like's. A damaged checkpoint (missing or
         cut-short files) is skipped for the previous one, on every rank alike."""
         self.wait()
+        started = time.perf_counter()
         folders = None
         if self.rank == 0 or self.size == 1:
             folders = [str(f) for f in storage.candidates(self.directory)] if self.directory.exists() else []
@@ -317,7 +318,8 @@ class Checkpoints:
             problems = [p for p in self._everyones(problem) if p]
             if not problems:
                 if self.rank == 0:
-                    _log_event("restored", step=value[0], folder=folder)
+                    _log_event("restored", step=value[0], folder=folder,
+                               seconds=round(time.perf_counter() - started, 3))
                     log.info("restored checkpoint step %d from %s", value[0], folder)
                 return value
             if not all(damaged for _, damaged in problems):

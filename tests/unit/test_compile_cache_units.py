@@ -1,0 +1,67 @@
+"""Unit tests of the job's persistent compilation cache (launcher/rank/compile_cache.py): where it
+is, what its key holds, its permissions, and the spec key. The restart that reuses it runs in
+tests/e2e/test_hangs.py."""
+
+import os
+import stat
+
+import pytest
+
+from launcher.rank import compile_cache
+
+
+def test_the_key_names_jaxlib_the_platform_and_the_machine_kind(monkeypatch):
+    from importlib import metadata
+
+    key = compile_cache.cache_key("cpu")
+    assert key.startswith(f"jaxlib-{metadata.version('jaxlib')}-cpu-")
+    monkeypatch.setattr(compile_cache, "machine_kind", lambda platform: "x86_64\nsome cpu\navx512f sse4_2")
+    with_avx512 = compile_cache.cache_key("cpu")
+    monkeypatch.setattr(compile_cache, "machine_kind", lambda platform: "x86_64\nsome cpu\nsse4_2")
+    assert compile_cache.cache_key("cpu") != with_avx512  # a login node's executables are not a compute node's
+
+
+def test_the_machine_kind_reads_the_cpu_model_and_flags():
+    kind = compile_cache.machine_kind("cpu")
+    if os.path.exists("/proc/cpuinfo"):
+        flags = next(line for line in open("/proc/cpuinfo") if line.startswith(("flags", "Features")))
+        assert flags.partition(":")[2].strip() in kind
+
+
+def test_the_folder_is_the_run_directorys_a_chosen_one_or_none(tmp_path):
+    key = compile_cache.cache_key("cpu")
+    assert compile_cache.cache_folder("run_dir", tmp_path, "cpu") == tmp_path / "compile-cache" / key
+    assert compile_cache.cache_folder("/scratch/cache", tmp_path, "cpu") == compile_cache.Path("/scratch/cache") / key
+    assert compile_cache.cache_folder(None, tmp_path, "cpu") is None
+
+
+def test_the_environment_makes_the_folder_private_and_keeps_the_users_settings(tmp_path):
+    folder = tmp_path / "run" / "compile-cache" / "k"
+    env = compile_cache.environment(folder, {}, private_parent=True)
+    assert env == {"JAX_COMPILATION_CACHE_DIR": str(folder), "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
+    for path in (folder, folder.parent):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o700  # cached executables are code this user runs
+    assert compile_cache.environment(folder, {"JAX_COMPILATION_CACHE_DIR": "/mine"}) == {}
+    assert compile_cache.environment(folder, {"JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "2"}) == {
+        "JAX_COMPILATION_CACHE_DIR": str(folder)}
+    assert compile_cache.environment(None, {}) == {}
+
+
+def test_the_counter_counts_jaxs_cache_events():
+    counter = compile_cache.CacheCounter()
+    counter._on_event("/jax/compilation_cache/cache_hits")
+    counter._on_event("/jax/compilation_cache/cache_misses")
+    counter._on_event("/jax/compilation_cache/cache_misses")
+    counter._on_event("/jax/something_else")
+    assert counter.counts == {"hits": 1, "misses": 2}
+
+
+def test_the_spec_key_defaults_to_the_run_directory_and_refuses_a_relative_folder(write_spec):
+    from launcher.spec.load import load_spec
+    from launcher.errors import SpecError
+
+    assert load_spec(write_spec("name: x\nentrypoint: m:f\n")).compile_cache == "run_dir"
+    assert load_spec(write_spec("name: x\nentrypoint: m:f\ncompile_cache: null\n")).compile_cache is None
+    assert load_spec(write_spec("name: x\nentrypoint: m:f\ncompile_cache: /scratch/c\n")).compile_cache == "/scratch/c"
+    with pytest.raises(SpecError, match="compile_cache.*absolute"):
+        load_spec(write_spec("name: x\nentrypoint: m:f\ncompile_cache: cache\n"))
