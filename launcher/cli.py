@@ -127,6 +127,45 @@ def run(spec, overrides, program_args, sweeps, max_parallel, run_dir, dry_run, r
         sys.exit(local.run_here(job, run_dir, echo=_progress, print_result=click.echo).exit_code())
 
 
+@main.command(cls=_ProgramCommand)
+@spec_options
+@click.option("--faults", default=",".join(("kill", "preempt", "hang")), show_default=True,
+              help="Faults to inject, comma-separated: kill (a rank SIGKILLed), preempt (a preemption notice), "
+                   "hang (a rank stopped, alive).")
+@click.option("--count", type=click.IntRange(min=1), default=1, show_default=True, help="Runs per fault.")
+@click.option("--seed", type=int, default=None, help="Chooses the points and ranks (default: random; in drill.json).")
+@click.option("--tolerance", type=click.FloatRange(min=0), default=0.0, show_default=True,
+              help="How far a faulted run's result may be from the clean run's (0: bit for bit).")
+@click.option("--ignore", multiple=True, default=("attempt",), show_default=True, metavar="KEY",
+              help="A result key not compared (a name anywhere, or a dotted path); repeat it; --ignore '' compares "
+                   "everything.")
+@click.option("--run-dir", type=click.Path(file_okay=False), help="Where the drill's runs go (default: "
+                                                                   "runs/drill-NAME-TIME).")
+@_user_errors
+def drill(spec, overrides, program_args, faults, count, seed, tolerance, ignore, run_dir):
+    """Rehearse failures on SPEC's own job: run it once clean, then once per fault injected at a random
+    point of its run, and print a scorecard (detected, recovered, steps lost, same result). Exit code
+    0 only when every fault passed; everything is in DRILL_DIR/drill.json."""
+    import random
+    import time
+    from pathlib import Path
+
+    from .drill import FAULTS, run_drill
+    from .spec import load_spec
+
+    wanted = [f.strip() for f in faults.split(",") if f.strip()]
+    unknown = [f for f in wanted if f not in FAULTS]
+    if unknown or not wanted:
+        raise click.BadParameter(f"{', '.join(unknown) or 'none'}: choose from {', '.join(FAULTS)}",
+                                 param_hint="--faults")
+    job = load_spec(spec, overrides, program_args=program_args)  # checked once, before any run
+    seed = random.randrange(1 << 30) if seed is None else seed
+    folder = Path(run_dir) if run_dir else Path("runs") / f"drill-{job.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    passed = run_drill(spec, list(overrides), list(program_args), folder, wanted, count, seed, tolerance,
+                       job.num_processes, echo=_progress, ignore=ignore)
+    sys.exit(0 if passed else 1)
+
+
 def _progress(message: str) -> None:
     """Progress goes to stderr: stdout is for the result."""
     click.echo(message, err=True)

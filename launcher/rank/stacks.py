@@ -18,10 +18,13 @@ kinds: `xla` (a JAX computation or its result), `collective` (a launcher collect
 from __future__ import annotations
 
 import ast
+import faulthandler
 import inspect
 import linecache
 import os
+import re
 import sys
+import tempfile
 from pathlib import Path
 
 LAUNCHER_DIR = str(Path(__file__).resolve().parent.parent) + os.sep
@@ -54,25 +57,67 @@ def is_own_code(filename: str) -> bool:
     return "site-packages" not in path and "dist-packages" not in path
 
 
-def _frames(thread_id: int) -> list:
-    """The thread's frames, innermost first."""
-    frame = sys._current_frames().get(thread_id)
-    frames = []
-    while frame is not None:
-        frames.append(frame)
-        frame = frame.f_back
+_FRAME_LINE = re.compile(r'^  File "(.*)", line (\d+) in (.*)$')
+_dump_file = None  # the file faulthandler writes this process's stacks into, reused (see stack_of)
+
+
+def stack_of(thread_id: int) -> list[tuple[str, int, str]]:
+    """(file, line, function) of the thread's frames, innermost first, as faulthandler reads them.
+
+    The monitor asks this every poll while the thread runs. Walking another thread's frame objects
+    (sys._current_frames() and f_back) from Python crashed a rank with SIGSEGV on CPython 3.11 while
+    its main thread was compiling (seen in CI, 2026-11-26); faulthandler reads the interpreter's own
+    frames in one C call, as it does for `kill -QUIT`, without making frame objects. At most 100
+    frames per thread, the innermost ones."""
+    global _dump_file
+    if _dump_file is None:
+        _dump_file = tempfile.TemporaryFile()
+    fd = _dump_file.fileno()
+    os.lseek(fd, 0, os.SEEK_SET)
+    os.ftruncate(fd, 0)
+    faulthandler.dump_traceback(file=fd, all_threads=True)
+    size = os.lseek(fd, 0, os.SEEK_END)
+    os.lseek(fd, 0, os.SEEK_SET)
+    text = os.read(fd, size).decode("utf-8", "replace")
+    header = re.compile(rf"^(Current thread|Thread) 0x0*{thread_id:x} ")
+    frames, inside = [], False
+    for line in text.splitlines():
+        if line.startswith(("Thread 0x", "Current thread 0x")):
+            inside = bool(header.match(line))
+            continue
+        match = _FRAME_LINE.match(line) if inside else None
+        if match:
+            frames.append((match.group(1), int(match.group(2)), match.group(3)))
     return frames
 
 
-def describe(frame) -> str:
-    return f"{frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}"
+def _frame_objects(thread_id: int) -> list:
+    """The thread's frame objects, innermost first: only when the job is being stopped (the callee
+    of the job's line needs its locals). The walk holds the GIL throughout (a long switch interval),
+    so the thread cannot push or pop a frame meanwhile."""
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1.0)
+    try:
+        frame = sys._current_frames().get(thread_id)
+        frames = []
+        while frame is not None and len(frames) < 1000:
+            frames.append(frame)
+            frame = frame.f_back
+        return frames
+    finally:
+        sys.setswitchinterval(interval)
+
+
+def describe(entry: tuple[str, int, str]) -> str:
+    filename, line, function = entry
+    return f"{filename}:{line} in {function}"
 
 
 def where_is(thread_id: int) -> str:
     """'file.py:LINE in FUNCTION' for the innermost frame of the job's own code in that thread,
     else the innermost frame at all."""
-    frames = _frames(thread_id)
-    own = next((f for f in frames if is_own_code(f.f_code.co_filename)), None)
+    frames = stack_of(thread_id)
+    own = next((f for f in frames if is_own_code(f[0])), None)
     chosen = own or (frames[0] if frames else None)
     return describe(chosen) if chosen is not None else "(no Python frame)"
 
@@ -103,8 +148,8 @@ def _kind_of_frame(filename: str, function: str) -> tuple[str, str] | None:
 def phase(thread_id: int) -> str | None:
     """'compiling' or 'checkpoint' while the thread is in one (anywhere on its stack), else None.
     Called every monitor poll: file names only, no source."""
-    for frame in _frames(thread_id):
-        found = _kind_of_frame(frame.f_code.co_filename, frame.f_code.co_name)
+    for filename, _, function in stack_of(thread_id):
+        found = _kind_of_frame(filename, function)
         if found is not None and found[0] in ("compiling", "checkpoint"):
             return found[0]
     return None
@@ -112,18 +157,18 @@ def phase(thread_id: int) -> str | None:
 
 def place(thread_id: int) -> dict:
     """{"kind", "detail", "where"} of the thread (see the module doc)."""
-    frames = _frames(thread_id)
+    frames = stack_of(thread_id)
     if not frames:
         return {"kind": "own", "detail": None, "where": "(no Python frame)"}
-    own_index = next((i for i, f in enumerate(frames) if is_own_code(f.f_code.co_filename)), None)
+    own_index = next((i for i, f in enumerate(frames) if is_own_code(f[0])), None)
     where = describe(frames[own_index if own_index is not None else 0])
     inner = frames[:own_index] if own_index is not None else frames
-    kinds = [k for k in (_kind_of_frame(f.f_code.co_filename, f.f_code.co_name) for f in frames) if k]
+    kinds = [k for k in (_kind_of_frame(f[0], f[2]) for f in frames) if k]
     if any(kind == "compiling" for kind, _ in kinds):
         return {"kind": "compiling", "detail": next(d for k, d in kinds if k == "compiling"), "where": where}
     # Inside the job's line: the innermost library frame says whether the thread waits for peers;
     # the outermost frame of that kind says what the job called (allreduce, not an MPI helper).
-    inner_kinds = [k for k in (_kind_of_frame(f.f_code.co_filename, f.f_code.co_name) for f in inner) if k]
+    inner_kinds = [k for k in (_kind_of_frame(f[0], f[2]) for f in inner) if k]
     if inner_kinds and inner_kinds[0][0] in WAITING_KINDS:
         # A barrier made of XLA or MPI calls (multihost_utils.sync_global_devices) is a barrier.
         kind = "barrier" if any(k == "barrier" for k, _ in inner_kinds) else inner_kinds[0][0]
@@ -135,11 +180,24 @@ def place(thread_id: int) -> dict:
     if inner_kinds:
         return {"kind": inner_kinds[0][0], "detail": inner_kinds[-1][1], "where": where}
     if own_index is not None:
-        callee = callee_of(frames[own_index])
+        callee = _callee_at(thread_id, frames[own_index])
         if callee is not None:
             kind, detail = callee
             return {"kind": kind, "detail": detail, "where": where}
     return {"kind": "own", "detail": None, "where": where}
+
+
+def _callee_at(thread_id: int, entry: tuple[str, int, str]) -> tuple[str, str] | None:
+    """The callee of the job's line `entry`, from its frame object (the innermost one with that
+    file, line and function)."""
+    try:
+        for frame in _frame_objects(thread_id):
+            code = frame.f_code
+            if (code.co_filename, frame.f_lineno, code.co_name) == entry:
+                return callee_of(frame)
+    except Exception:  # noqa: BLE001  (the thread moved on: no callee, the place still stands)
+        return None
+    return None
 
 
 def callee_of(frame) -> tuple[str, str] | None:

@@ -377,3 +377,30 @@ def test_a_job_that_has_not_reported_is_told_once_that_the_watchdog_waits_for_it
     supervisor._note_unarmed_watchdog()
     assert len(said) == 1 and "no ctx.report() from the job in its first 60 s" in said[0]
     assert "collective_timeout=1800 s" in said[0]
+
+
+def test_the_monitors_poll_reads_stacks_without_walking_frame_objects(monkeypatch):
+    """Walking another thread's frame objects every poll crashed a rank (SIGSEGV, CPython 3.11, CI
+    2026-11-26, while its main thread compiled): phase() and where_is() read faulthandler's dump."""
+    main = threading.main_thread().ident
+    ready, release = threading.Event(), threading.Event()
+    seen = {}
+
+    def watch():
+        ready.wait(5)
+        seen["stack"] = stacks.stack_of(main)
+        seen["phase"] = stacks.phase(main)
+        seen["where"] = stacks.where_is(main)
+        release.set()
+
+    def no_walking():
+        raise AssertionError("sys._current_frames() called")
+
+    monkeypatch.setattr(sys, "_current_frames", no_walking)
+    thread = threading.Thread(target=watch)
+    thread.start()
+    ready.set()
+    release.wait(5)  # the main thread waits here while the other reads its stack
+    thread.join(5)
+    assert seen["stack"][0][2] == "wait" and any(f[2].startswith("test_the_monitors_poll") for f in seen["stack"])
+    assert seen["phase"] is None and seen["where"]

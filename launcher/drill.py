@@ -1,0 +1,371 @@
+"""`jaxlaunch drill SPEC`: rehearse failures on the user's own job before the big run, and score
+how it recovers. Nothing in the job changes: the drill runs it with `jaxlaunch run`, as the user
+would, once clean and then once per fault, injecting the fault from outside at a point of its run:
+
+- `kill`:    a rank is killed (SIGKILL), as the OOM killer or a dead host does. The job must fail fast
+             and restart (the drill sets max_restarts to at least 1) from its latest checkpoint.
+- `preempt`: a preemption notice (SIGUSR2 to `jaxlaunch run`, what Slurm's warning becomes). The job
+             must checkpoint and stop (PREEMPTED), then `jaxlaunch run --resume` continues it.
+- `hang`:    a rank stops, alive (SIGSTOP): the hang watchdog must stop the job (the drill sets
+             hang_timeout from the clean run's step time) and the restart resume from a checkpoint.
+
+Points: `start` (at the first report), `step` (a step chosen at random), `checkpoint` (the step a
+checkpoint was saved at, as the save runs). A job that never reports is faulted at a random time
+between 30% and 70% of the clean run's length instead.
+
+For each fault: detected (and how many seconds after the fault), the state the faulted attempt ended
+in, the seconds until the job was back at the step where the fault hit, the steps computed again,
+and whether the final result equals the clean run's (bit for bit, or within --tolerance; a key named
+`attempt`, which counts restarts by design, is not compared unless --ignore says otherwise). A fault
+fails when it is not detected, when the job does not end COMPLETED, when the result differs, or when
+more steps were computed again than the job's checkpoint interval (the largest gap between two
+checkpoints of the clean run; a job that never checkpoints has none: any lost step fails it).
+
+Everything goes to DRILL_DIR (runs/drill-NAME-TIME by default): clean/, kill-1/, ..., each fault's
+output in its .log, and drill.json (the seed, the points chosen, every figure). The exit code is 0
+only when every fault passed. Local runs only for now; a node set DOWN on Slurm is not drilled yet.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+FAULTS = ("kill", "preempt", "hang")
+POINTS = ("start", "step", "checkpoint")
+POLL_SECONDS = 0.1
+HANG_FLOOR_SECONDS = 5  # the drill's hang_timeout: at least this, or 10x the clean run's slowest step
+
+
+@dataclass
+class Trial:
+    fault: str
+    point: str
+    rank: int
+    target_step: int | None = None     # the step the fault hit (None: a job that never reports)
+    target_seconds: float | None = None  # a job that never reports: seconds after its start
+    injected_at: float | None = None
+    detected: bool = False
+    detect_seconds: float | None = None
+    faulted_state: str | None = None   # how the attempt the fault hit ended
+    final_state: str | None = None
+    recover_seconds: float | None = None
+    steps_lost: int | None = None
+    same_result: bool | None = None
+    passed: bool = False
+    why: list = field(default_factory=list)
+    run_dir: str = ""
+
+
+def _jaxlaunch() -> str:
+    return shutil.which("jaxlaunch", path=str(Path(sys.executable).parent)) or "jaxlaunch"
+
+
+def _events(run_dir: Path) -> list[dict]:
+    from .rundir.jsonl import read_jsonl
+
+    return sorted(read_jsonl(run_dir / "events.jsonl"), key=lambda e: e.get("time", 0))
+
+
+def _reports(run_dir: Path) -> list[dict]:
+    from .rundir.metrics import read_lines
+
+    return sorted((r for r in read_lines(run_dir / "metrics.jsonl") if r.get("kind") == "metrics"),
+                  key=lambda r: r["time"])
+
+
+def _status(run_dir: Path) -> dict:
+    try:
+        return json.loads((run_dir / "status.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _rank_pid(run_dir: Path, rank: int) -> int | None:
+    """The process of rank `rank` of the job's current attempt (mpirun's or srun's variable)."""
+    from .supervisor.processes import job_processes
+
+    for variable in ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID"):
+        pids = job_processes(run_dir, {variable: str(rank)})
+        pids = [pid for pid in pids if _is_python(pid)]
+        if pids:
+            return max(pids)  # the newest: a restarted attempt's
+    return None
+
+
+def _is_python(pid: int) -> bool:
+    try:
+        return b"python" in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
+    except OSError:
+        return False
+
+
+def same_result(clean, other, tolerance: float, ignore=()) -> tuple[bool, str]:
+    """(equal, where they differ first): numbers bit for bit (tolerance 0) or within `tolerance`
+    (relative and absolute), arrays and nested lists and mappings alike. Keys named in `ignore`
+    (a name anywhere, or a dotted path) are not compared."""
+    import numpy as np
+
+    def walk(a, b, path):
+        if isinstance(a, dict) and isinstance(b, dict):
+            if a.keys() != b.keys():
+                return f"{path or 'the result'}: keys {sorted(a)} != {sorted(b)}"
+            for key in a:
+                if key in ignore or (f"{path}.{key}" if path else str(key)) in ignore:
+                    continue
+                found = walk(a[key], b[key], f"{path}.{key}" if path else str(key))
+                if found:
+                    return found
+            return ""
+        try:
+            x, y = np.asarray(a), np.asarray(b)
+        except Exception:  # noqa: BLE001  (not an array: compare as values)
+            return "" if a == b else f"{path}: {a!r} != {b!r}"
+        if x.dtype.kind in "fciu" and y.dtype.kind in "fciu":
+            if x.shape != y.shape:
+                return f"{path}: shape {x.shape} != {y.shape}"
+            equal = np.array_equal(x, y) if tolerance == 0 else np.allclose(x, y, rtol=tolerance, atol=tolerance)
+            if equal:
+                return ""
+            if x.ndim == 0:
+                return f"{path}: {a!r} != {b!r}"
+            return f"{path}: differs (largest difference {float(np.max(np.abs(x - y))):.3g})"
+        return "" if a == b else f"{path}: {a!r} != {b!r}"
+
+    where = walk(clean, other, "")
+    return not where, where
+
+
+class Drill:
+    def __init__(self, spec_path: str, overrides: list[str], program_args: list[str], folder: Path,
+                 faults: list[str], count: int, seed: int, tolerance: float, echo=print, ignore=("attempt",)):
+        self.spec_path, self.overrides, self.program_args = spec_path, list(overrides), list(program_args)
+        self.ignore = tuple(name for name in ignore if name)
+        self.folder, self.faults, self.count = folder, faults, count
+        self.seed, self.tolerance, self.echo = seed, tolerance, echo
+        self.rng = random.Random(seed)
+        self.clean: dict = {}
+        self.trials: list[Trial] = []
+
+    # --- running the job ----------------------------------------------------------------------
+
+    def _start(self, run_dir: Path, extra: list[str], log: Path, resume: bool = False) -> subprocess.Popen:
+        if resume:
+            command = [_jaxlaunch(), "run", "--resume", str(run_dir)]
+        else:
+            command = [_jaxlaunch(), "run", self.spec_path, "--run-dir", str(run_dir)]
+            for override in [*self.overrides, *extra]:
+                command += ["--set", override]
+            if self.program_args:
+                command += ["--", *self.program_args]
+        handle = open(log, "ab")
+        handle.write(f"$ {' '.join(command)}\n".encode())
+        handle.flush()
+        return subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def run_clean(self) -> None:
+        run_dir = self.folder / "clean"
+        started = time.time()
+        process = self._start(run_dir, [], self.folder / "clean.log")
+        code = process.wait()
+        reports = _reports(run_dir)
+        status = _status(run_dir)
+        checkpoints = sorted({e["step"] for e in _events(run_dir) if e["event"] == "checkpoint" and "step" in e})
+        steps = sorted({r["step"] for r in reports if isinstance(r.get("step"), int)})
+        gaps = [b - a for a, b in zip([min(steps) if steps else 0, *checkpoints], checkpoints)] if checkpoints else []
+        times = [r["time"] for r in reports]
+        slowest = max((b - a for a, b in zip(times, times[1:])), default=0.0)
+        self.clean = {"run_dir": str(run_dir), "exit_code": code, "state": status.get("state"),
+                      "seconds": round(time.time() - started, 2), "steps": steps, "checkpoints": checkpoints,
+                      "checkpoint_interval": max(gaps) if gaps else None, "slowest_step": round(slowest, 3),
+                      "main_started": next((e["time"] for e in _events(run_dir) if e["event"] == "main_started"),
+                                           started)}
+
+    def clean_result(self):
+        from .rundir.results import load_result
+
+        return load_result(self.clean["run_dir"])
+
+    # --- one fault ----------------------------------------------------------------------------
+
+    def plan(self, spec_processes: int) -> None:
+        steps, checkpoints = self.clean["steps"], self.clean["checkpoints"]
+        for fault in self.faults:
+            for index in range(self.count):
+                point = self.rng.choice(POINTS if checkpoints else POINTS[:2])
+                trial = Trial(fault=fault, point=point, rank=self.rng.randrange(spec_processes),
+                              run_dir=str(self.folder / f"{fault}-{index + 1}"))
+                if not steps:
+                    trial.point = "time"
+                    trial.target_seconds = round(self.rng.uniform(0.3, 0.7) * self.clean["seconds"], 2)
+                elif point == "start":
+                    trial.target_step = steps[0]
+                elif point == "checkpoint":
+                    inner = [c for c in checkpoints if c < steps[-1]] or checkpoints
+                    trial.target_step = self.rng.choice(inner)
+                else:
+                    inner = steps[1:-1] or steps
+                    trial.target_step = self.rng.choice(inner)
+                self.trials.append(trial)
+
+    def _wait_for_target(self, trial: Trial, run_dir: Path, process: subprocess.Popen) -> bool:
+        started = time.time()
+        while process.poll() is None:
+            if trial.target_step is not None:
+                if any(r["step"] >= trial.target_step for r in _reports(run_dir) if isinstance(r.get("step"), int)):
+                    return True
+            elif time.time() - started >= (trial.target_seconds or 0):
+                return True
+            time.sleep(POLL_SECONDS)
+        return False
+
+    def _inject(self, trial: Trial, run_dir: Path, process: subprocess.Popen) -> str | None:
+        """Inject the fault; why it could not be, or None."""
+        if trial.fault == "preempt":
+            os.kill(process.pid, signal.SIGUSR2)
+            return None
+        pid = _rank_pid(run_dir, trial.rank)
+        if pid is None:
+            return f"rank {trial.rank}'s process was not found"
+        os.kill(pid, signal.SIGKILL if trial.fault == "kill" else signal.SIGSTOP)
+        return None
+
+    def run_trial(self, trial: Trial) -> None:
+        run_dir = Path(trial.run_dir)
+        log = self.folder / f"{run_dir.name}.log"
+        extra = []
+        if trial.fault in ("kill", "hang"):
+            extra.append("max_restarts=1")
+        if trial.fault == "hang":
+            limit = max(HANG_FLOOR_SECONDS, math.ceil(10 * self.clean["slowest_step"]))
+            extra.append(f"hang_timeout={limit}")
+        process = self._start(run_dir, extra, log)
+        reached = self._wait_for_target(trial, run_dir, process)
+        if not reached:
+            process.wait()
+            trial.why.append("the job ended before the point chosen for the fault")
+            trial.final_state = _status(run_dir).get("state")
+            return
+        trial.injected_at = time.time()
+        problem = self._inject(trial, run_dir, process)
+        if problem:
+            trial.why.append(problem)
+        code = process.wait()
+        if trial.fault == "preempt" and code == 75:  # PREEMPTED: continue it, as the user would
+            self._start(run_dir, [], log, resume=True).wait()
+        self._score(trial, run_dir)
+
+    def _score(self, trial: Trial, run_dir: Path) -> None:
+        from .goodput import goodput
+        from .rundir.results import load_result
+
+        events = _events(run_dir)
+        after = [e for e in events if e.get("time", 0) >= trial.injected_at]
+        ended = next((e for e in after if e["event"] == "attempt_ended"), None)
+        trial.faulted_state = None if ended is None else ended.get("state")
+        if trial.fault == "preempt":
+            stopped = next((e for e in after if e["event"] == "stopped"), None)
+            trial.detected = stopped is not None and trial.faulted_state == "PREEMPTED"
+            if stopped is not None:
+                trial.detect_seconds = round(stopped["time"] - trial.injected_at, 2)
+            if not trial.detected:
+                trial.why.append("the job did not checkpoint and stop on the preemption notice (does it call "
+                                 "ctx.should_stop()?)")
+        else:
+            trial.detected = ended is not None and trial.faulted_state not in (None, "COMPLETED")
+            if trial.detected:
+                trial.detect_seconds = round(ended["time"] - trial.injected_at, 2)
+            else:
+                trial.why.append(f"the {trial.fault} was not detected: the attempt it hit ended "
+                                 f"{trial.faulted_state or 'never'}")
+        trial.final_state = _status(run_dir).get("state")
+        if trial.final_state != "COMPLETED":
+            trial.why.append(f"the job ended {trial.final_state}, not COMPLETED")
+        if trial.target_step is not None and ended is not None:
+            back = next((r for r in _reports(run_dir)
+                         if r["time"] > ended["time"] and isinstance(r.get("step"), int)
+                         and r["step"] >= trial.target_step), None)
+            if back is not None:
+                trial.recover_seconds = round(back["time"] - trial.injected_at, 2)
+        try:
+            trial.steps_lost = goodput(run_dir).steps_recomputed
+        except (OSError, ValueError, KeyError):
+            trial.steps_lost = None
+        interval = self.clean["checkpoint_interval"]
+        if trial.steps_lost:
+            if interval is None:
+                trial.why.append(f"{trial.steps_lost} steps computed again: the job never checkpoints")
+            elif trial.steps_lost > interval:
+                trial.why.append(f"{trial.steps_lost} steps computed again, more than its checkpoint interval "
+                                 f"({interval} steps)")
+        if trial.final_state == "COMPLETED":
+            try:
+                trial.same_result, where = same_result(self.clean_result(), load_result(run_dir), self.tolerance,
+                                                       self.ignore)
+            except Exception as exc:  # noqa: BLE001  (no result to compare is a failure too)
+                trial.same_result, where = False, f"cannot compare the results: {exc}"
+            if not trial.same_result:
+                trial.why.append(f"the result differs from the clean run's: {where}")
+        trial.passed = not trial.why
+
+    # --- the whole drill ----------------------------------------------------------------------
+
+    def scorecard(self) -> str:
+        from tabulate import tabulate
+
+        def shown(value):
+            return "-" if value is None else value
+
+        rows = [[t.fault, t.point, t.rank, shown(t.target_step if t.target_step is not None else t.target_seconds),
+                 f"yes, {t.detect_seconds} s" if t.detected else "no", shown(t.faulted_state), shown(t.final_state),
+                 shown(t.recover_seconds), shown(t.steps_lost),
+                 {True: "yes", False: "no", None: "-"}[t.same_result], "PASS" if t.passed else "FAIL"]
+                for t in self.trials]
+        table = tabulate(rows, headers=["FAULT", "POINT", "RANK", "AT STEP", "DETECTED", "FAULTED ATTEMPT", "FINAL",
+                                        "BACK AT STEP (s)", "STEPS LOST", "SAME RESULT", ""])
+        lines = [table]
+        for trial in self.trials:
+            for why in trial.why:
+                lines.append(f"{trial.fault} ({Path(trial.run_dir).name}): {why}")
+        return "\n".join(lines)
+
+    def report(self) -> dict:
+        return {"spec": self.spec_path, "overrides": self.overrides, "args": self.program_args, "seed": self.seed,
+                "count": self.count, "faults": self.faults, "tolerance": self.tolerance, "ignored": list(self.ignore),
+                "clean": self.clean,
+                "trials": [asdict(t) for t in self.trials], "passed": all(t.passed for t in self.trials)}
+
+
+def run_drill(spec_path: str, overrides: list[str], program_args: list[str], folder: Path, faults: list[str],
+              count: int, seed: int, tolerance: float, num_processes: int, echo=print, ignore=("attempt",)) -> bool:
+    from .rundir import atomic_write_json
+
+    folder = folder.resolve()  # the ranks' JAXLAUNCH_RUN_DIR is absolute: how their processes are found
+    folder.mkdir(parents=True, exist_ok=True)
+    drill = Drill(spec_path, overrides, program_args, folder, faults, count, seed, tolerance, echo, ignore)
+    echo(f"drill: the clean run ({folder / 'clean'})")
+    drill.run_clean()
+    if drill.clean["state"] != "COMPLETED":
+        echo(f"drill: the clean run ended {drill.clean['state']} (exit code {drill.clean['exit_code']}): fix the "
+             f"job first; its output is in {folder / 'clean.log'}")
+        atomic_write_json(folder / "drill.json", drill.report())
+        return False
+    drill.plan(num_processes)
+    for trial in drill.trials:
+        where = f"step {trial.target_step}" if trial.target_step is not None else f"{trial.target_seconds} s"
+        echo(f"drill: {trial.fault} at {where} ({trial.point}), rank {trial.rank} ({trial.run_dir})")
+        drill.run_trial(trial)
+    atomic_write_json(folder / "drill.json", drill.report())
+    echo(drill.scorecard())
+    passed = all(t.passed for t in drill.trials)
+    echo(f"drill: {'every fault passed' if passed else 'FAILED'}; details: {folder / 'drill.json'}")
+    return passed

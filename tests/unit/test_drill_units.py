@@ -1,0 +1,81 @@
+"""Unit tests of `jaxlaunch drill` (launcher/drill.py): comparing results, choosing the points, and
+scoring a faulted run from its run directory. The drill itself runs in tests/e2e/test_drill.py."""
+
+import json
+
+import numpy as np
+import pytest
+
+from launcher import drill as drills
+
+
+def test_results_compare_bit_for_bit_or_within_a_tolerance_and_ignore_the_attempt():
+    clean = {"loss": [0.5, 0.25], "params": {"w": np.array([1.0, 2.0], np.float32)}, "attempt": 0}
+    again = {"loss": [0.5, 0.25], "params": {"w": np.array([1.0, 2.0], np.float32)}, "attempt": 1}
+    assert drills.same_result(clean, again, 0.0, ignore=("attempt",)) == (True, "")
+    assert drills.same_result(clean, again, 0.0) == (False, "attempt: 0 != 1")
+    nudged = {**again, "params": {"w": np.array([1.0, 2.0 + 1e-6], np.float32)}}
+    equal, where = drills.same_result(clean, nudged, 0.0, ignore=("attempt",))
+    assert not equal and where.startswith("params.w: differs")
+    assert drills.same_result(clean, nudged, 1e-5, ignore=("attempt",))[0]
+    assert drills.same_result(clean, {**again, "extra": 1}, 0.0, ignore=("attempt",))[1].startswith("the result: keys")
+
+
+def make_drill(tmp_path, steps=range(10), checkpoints=(4, 8), slowest=0.1):
+    drill = drills.Drill("job.yaml", [], [], tmp_path, ["kill", "preempt", "hang"], 2, seed=7, tolerance=0.0)
+    drill.clean = {"run_dir": str(tmp_path / "clean"), "state": "COMPLETED", "seconds": 10.0, "steps": list(steps),
+                   "checkpoints": list(checkpoints), "checkpoint_interval": 4 if checkpoints else None,
+                   "slowest_step": slowest}
+    return drill
+
+
+def test_the_plan_is_the_seeds_and_hits_steps_the_clean_run_reached(tmp_path):
+    first, second = make_drill(tmp_path), make_drill(tmp_path)
+    first.plan(2)
+    second.plan(2)
+    assert [(t.fault, t.point, t.rank, t.target_step) for t in first.trials] == \
+        [(t.fault, t.point, t.rank, t.target_step) for t in second.trials]  # the seed decides
+    assert [t.fault for t in first.trials] == ["kill", "kill", "preempt", "preempt", "hang", "hang"]
+    assert all(0 <= t.target_step <= 9 and t.rank in (0, 1) for t in first.trials)
+    quiet = make_drill(tmp_path, steps=[], checkpoints=())
+    quiet.plan(2)  # a job that never reports: faulted at a time instead
+    assert all(t.point == "time" and 3.0 <= t.target_seconds <= 7.0 for t in quiet.trials)
+
+
+def write_run(run_dir, events, reports, state="COMPLETED", result=None):
+    run_dir.mkdir(parents=True)
+    (run_dir / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps({"kind": "metrics", "metrics": {}, **r}) + "\n"
+                                                   for r in reports))
+    (run_dir / "status.json").write_text(json.dumps({"state": state}))
+    if result is not None:
+        (run_dir / "result.json").write_text(json.dumps(result))
+
+
+def test_a_killed_rank_that_restarted_from_its_checkpoint_passes(tmp_path):
+    drill = make_drill(tmp_path)
+    write_run(tmp_path / "clean", [], [], result={"loss": 1.0, "attempt": 0})
+    trial = drills.Trial("kill", "step", 1, target_step=6, injected_at=100.0, run_dir=str(tmp_path / "kill-1"))
+    events = [{"event": "attempt_started", "attempt": 0, "time": 90.0},
+              {"event": "attempt_ended", "attempt": 0, "state": "FAILED", "time": 101.5},
+              {"event": "attempt_started", "attempt": 1, "time": 101.6},
+              {"event": "restored", "step": 4, "time": 104.0}, {"event": "attempt_ended", "attempt": 1, "time": 110.0}]
+    reports = [{"step": s, "time": 95.0 + s * 0.5} for s in range(7)] + \
+              [{"step": s, "time": 105.0 + s * 0.1} for s in range(4, 10)]
+    write_run(tmp_path / "kill-1", events, reports, result={"loss": 1.0, "attempt": 1})
+    drill._score(trial, tmp_path / "kill-1")
+    assert trial.detected and trial.detect_seconds == 1.5 and trial.faulted_state == "FAILED"
+    assert trial.recover_seconds == 5.6 and trial.steps_lost == 3 and trial.same_result and trial.passed, trial.why
+
+
+def test_a_job_that_ignores_the_notice_and_never_checkpoints_fails_and_says_why(tmp_path):
+    drill = make_drill(tmp_path, checkpoints=())
+    write_run(tmp_path / "clean", [], [], result={"loss": 1.0})
+    trial = drills.Trial("preempt", "step", 0, target_step=5, injected_at=100.0, run_dir=str(tmp_path / "p"))
+    events = [{"event": "attempt_started", "attempt": 0, "time": 90.0},
+              {"event": "notice", "time": 100.1}, {"event": "attempt_ended", "attempt": 0, "state": "COMPLETED",
+                                                   "time": 103.0}]
+    write_run(tmp_path / "p", events, [{"step": s, "time": 95.0 + s} for s in range(10)], result={"loss": 1.0})
+    drill._score(trial, tmp_path / "p")
+    assert not trial.passed and not trial.detected
+    assert any("did not checkpoint and stop on the preemption notice" in why for why in trial.why)
