@@ -53,10 +53,10 @@ test-unit: setup
 	XLA_FLAGS=--xla_force_host_platform_device_count=2 $(PYTHON) -m pytest -p no:cacheprovider tests/unit
 
 test-e2e: setup
-	XLA_FLAGS=--xla_force_host_platform_device_count=2 $(PYTHON) -m pytest -p no:cacheprovider tests/e2e
+	XLA_FLAGS=--xla_force_host_platform_device_count=2 $(PYTHON) -m pytest -p no:cacheprovider --durations=12 tests/e2e
 
 test-slurm: setup
-	$(PYTHON) -m pytest -p no:cacheprovider -m "not scale" tests/slurm
+	$(PYTHON) -m pytest -p no:cacheprovider --durations=12 -m "not scale" tests/slurm
 
 test-mpi: setup
 	XLA_FLAGS=--xla_force_host_platform_device_count=2 $(PYTHON) -m pytest --with-mpi -p no:cacheprovider tests/mpi

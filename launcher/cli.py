@@ -134,8 +134,9 @@ def run(spec, overrides, program_args, sweeps, max_parallel, run_dir, dry_run, r
                    "hang (a rank stopped, alive).")
 @click.option("--count", type=click.IntRange(min=1), default=1, show_default=True, help="Runs per fault.")
 @click.option("--seed", type=int, default=None, help="Chooses the points and ranks (default: random; in drill.json).")
-@click.option("--tolerance", type=click.FloatRange(min=0), default=0.0, show_default=True,
-              help="How far a faulted run's result may be from the clean run's (0: bit for bit).")
+@click.option("--tolerance", type=click.FloatRange(min=0), default=None,
+              help="How far a faulted run's result may be from the clean run's, relative and absolute "
+                   "(default: bit for bit).")
 @click.option("--ignore", multiple=True, default=("attempt",), show_default=True, metavar="KEY",
               help="A result key not compared (a name anywhere, or a dotted path); repeat it; --ignore '' compares "
                    "everything.")
@@ -161,7 +162,7 @@ def drill(spec, overrides, program_args, faults, count, seed, tolerance, ignore,
     job = load_spec(spec, overrides, program_args=program_args)  # checked once, before any run
     seed = random.randrange(1 << 30) if seed is None else seed
     folder = Path(run_dir) if run_dir else Path("runs") / f"drill-{job.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    passed = run_drill(spec, list(overrides), list(program_args), folder, wanted, count, seed, tolerance,
+    passed = run_drill(spec, list(overrides), list(program_args), folder, wanted, count, seed, tolerance or 0.0,
                        job.num_processes, echo=_progress, ignore=ignore)
     sys.exit(0 if passed else 1)
 
@@ -416,10 +417,12 @@ def goodput(job_id, plot_path):
     click.echo(tabulate(result.rows(), headers=["", "SECONDS", "SHARE"]))
     click.echo(f"goodput: {100 * result.goodput:.1f}% of the wall time was productive steps")
     if result.budgets:
-        from .goodput import BUDGET_PHASES
+        from .goodput import BUDGET_HEADERS
 
-        click.echo("\nstart-up budget, seconds from each attempt's start to its first report:")
-        click.echo(tabulate(result.budget_rows(), headers=["ATTEMPT", *(p.upper() for p in BUDGET_PHASES), "TOTAL"]))
+        click.echo("\nstart-up budget, seconds to each attempt's first report (MPI: imports, MPI_Init; "
+                   "DEVICES: JAX and its devices):")
+        click.echo(tabulate(result.budget_rows(), headers=["ATTEMPT", *BUDGET_HEADERS, "TOTAL"],
+                            disable_numparse=True, stralign="right"))
     if plot_path:
         from .goodput import plot
 

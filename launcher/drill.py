@@ -71,21 +71,24 @@ def _jaxlaunch() -> str:
 
 
 def _events(run_dir: Path) -> list[dict]:
-    from .rundir.jsonl import read_jsonl
+    from .rundir import RunDirectory
 
-    return sorted(read_jsonl(run_dir / "events.jsonl"), key=lambda e: e.get("time", 0))
+    return sorted(RunDirectory(run_dir).read_events(), key=lambda e: e.get("time", 0))
 
 
 def _reports(run_dir: Path) -> list[dict]:
+    from .rundir import RunDirectory
     from .rundir.metrics import read_lines
 
-    return sorted((r for r in read_lines(run_dir / "metrics.jsonl") if r.get("kind") == "metrics"),
+    return sorted((r for r in read_lines(RunDirectory(run_dir).metrics_file) if r.get("kind") == "metrics"),
                   key=lambda r: r["time"])
 
 
 def _status(run_dir: Path) -> dict:
+    from .rundir import RunDirectory
+
     try:
-        return json.loads((run_dir / "status.json").read_text())
+        return json.loads(RunDirectory(run_dir).status_file.read_text())
     except (OSError, ValueError):
         return {}
 
@@ -325,13 +328,18 @@ class Drill:
         def shown(value):
             return "-" if value is None else value
 
-        rows = [[t.fault, t.point, t.rank, shown(t.target_step if t.target_step is not None else t.target_seconds),
-                 f"yes, {t.detect_seconds} s" if t.detected else "no", shown(t.faulted_state), shown(t.final_state),
-                 shown(t.recover_seconds), shown(t.steps_lost),
-                 {True: "yes", False: "no", None: "-"}[t.same_result], "PASS" if t.passed else "FAIL"]
+        def at(trial):
+            if trial.target_step is not None:
+                return f"step {trial.target_step} ({trial.point})"
+            return f"{trial.target_seconds} s"
+
+        rows = [["PASS" if t.passed else "FAIL", t.fault, at(t), t.rank,
+                 f"{t.detect_seconds} s" if t.detected else "no", shown(t.faulted_state), shown(t.final_state),
+                 "-" if t.recover_seconds is None else f"{t.recover_seconds} s", shown(t.steps_lost),
+                 {True: "yes", False: "no", None: "-"}[t.same_result]]
                 for t in self.trials]
-        table = tabulate(rows, headers=["FAULT", "POINT", "RANK", "AT STEP", "DETECTED", "FAULTED ATTEMPT", "FINAL",
-                                        "BACK AT STEP (s)", "STEPS LOST", "SAME RESULT", ""])
+        table = tabulate(rows, headers=["", "FAULT", "AT", "RANK", "DETECTED", "ATTEMPT ENDED", "FINAL", "BACK AT STEP",
+                                        "STEPS LOST", "SAME RESULT"], disable_numparse=True)
         lines = [table]
         for trial in self.trials:
             for why in trial.why:

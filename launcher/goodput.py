@@ -35,6 +35,7 @@ CATEGORIES = ["queued", "start-up", "first step", "productive steps", "checkpoin
 # seconds JAX reported before its first ctx.report (first_report).
 BUDGET_PHASES = ["queue wait", "launch", "imports and MPI", "jax.distributed", "JAX and devices", "preflight",
                  "restore", "compile", "first step"]
+BUDGET_HEADERS = ["QUEUE", "LAUNCH", "MPI", "JAX.DIST", "DEVICES", "PREFLIGHT", "RESTORE", "COMPILE", "1ST STEP"]
 
 
 def start_up_budget(start: float, previous_end: float | None, queued: float, events: list[dict],

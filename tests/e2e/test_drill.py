@@ -29,7 +29,7 @@ def test_the_training_job_passes_the_drill_with_the_three_local_faults(tmp_path)
         assert trial["detect_seconds"] is not None and trial["recover_seconds"] is not None, trial
         assert trial["steps_lost"] <= 10
     table = result.stderr[result.stderr.index("FAULT"):]
-    assert table.count("PASS") == 3 and "every fault passed" in result.stderr
+    assert table.count("\nPASS ") == 3 and "every fault passed" in result.stderr
 
 
 def test_a_job_that_never_checkpoints_and_ignores_notices_fails_the_drill_and_says_why(tmp_path):
