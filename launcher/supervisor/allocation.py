@@ -36,9 +36,9 @@ class Allocation:
         """{node: why} for the nodes the allocation lost under a failed attempt."""
         return {}
 
-    def can_leave_nodes_behind(self, spec, run) -> bool:
-        """Whether leave_nodes_behind can still requeue the job (a hang's culprit node is then left
-        behind; otherwise the job restarts or ends as after any failure)."""
+    def can_leave_nodes_behind(self, spec, run, bad=()) -> bool:
+        """Whether leave_nodes_behind can still requeue the job without `bad` (a hang's culprit node
+        is then left behind; otherwise the job restarts or ends as after any failure)."""
         return False
 
     def leave_nodes_behind(self, bad: dict[str, str], cause: str, failure: dict | None, attempt: int,

@@ -200,12 +200,13 @@ class Supervisor:
         """{node: why} of the ranks the roll-call named after a hang, when the allocation can requeue
         the job without them (Slurm, with requeues left); else {} (a restart or the end, as before).
         Never every node of the job: then nobody is to blame."""
-        if stop_reason not in ("hang", "collective_timeout") or not self.allocation.can_leave_nodes_behind(
-                self.spec, self.run):
+        if stop_reason not in ("hang", "collective_timeout"):
             return {}
         nodes = rollcall.culprit_nodes(((failure or {}).get("hang") or {}).get("roll_call"))
         every = {r["host"] for r in self.channel.started()} if self.channel else set()
-        return {} if every and set(nodes) >= every else nodes
+        if not nodes or (every and set(nodes) >= every):
+            return {}
+        return nodes if self.allocation.can_leave_nodes_behind(self.spec, self.run, set(nodes)) else {}
 
     def _continue_earlier_run(self) -> "int | Outcome":
         """Pick up where the run directory's last attempt ended: its logs go to logs/attempt-K/,

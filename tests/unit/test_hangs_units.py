@@ -404,3 +404,38 @@ def test_the_monitors_poll_reads_stacks_without_walking_frame_objects(monkeypatc
     thread.join(5)
     assert seen["stack"][0][2] == "wait" and any(f[2].startswith("test_the_monitors_poll") for f in seen["stack"])
     assert seen["phase"] is None and seen["where"]
+
+
+def test_a_hang_leaves_the_culprits_node_behind_only_where_the_allocation_can_do_without_it(write_spec, tmp_path):
+    """On Slurm a requeue without a node the partition cannot spare would wait in the queue for
+    good (seen on the 2-node partition of the test cluster): then the job ends as before."""
+    import importlib
+    import types
+
+    from launcher.rundir import RunDirectory
+    from launcher.spec.load import load_spec
+    from launcher.supervisor.allocation import Allocation
+
+    supervise = importlib.import_module("launcher.supervisor.supervise")
+    asked = []
+
+    class Cluster(Allocation):
+        spare = True
+
+        def can_leave_nodes_behind(self, spec, run, bad=()):
+            asked.append(set(bad))
+            return self.spare
+
+    spec = load_spec(write_spec("name: x\nentrypoint: m:f\nnodes: 2\n"))
+    cluster = Cluster()
+    supervisor = supervise.Supervisor(spec, RunDirectory(tmp_path / "run"), [], {}, allocation=cluster)
+    supervisor.channel = types.SimpleNamespace(started=lambda: [{"host": "n1"}, {"host": "n2"}])
+    failure = {"hang": {"roll_call": {"culprits": [{"rank": 1, "host": "n2", "why": "in its own code at l.py:2"}]}}}
+    assert list(supervisor._hang_culprit_nodes("hang", failure)) == ["n2"] and asked == [{"n2"}]
+    cluster.spare = False
+    assert supervisor._hang_culprit_nodes("collective_timeout", failure) == {}
+    assert supervisor._hang_culprit_nodes("timeout", failure) == {}  # the job's time is spent: it ends
+    everyone = {"hang": {"roll_call": {"culprits": [{"rank": 0, "host": "n1", "why": "x"},
+                                                    {"rank": 1, "host": "n2", "why": "y"}]}}}
+    cluster.spare = True
+    assert supervisor._hang_culprit_nodes("hang", everyone) == {}  # never every node of the job

@@ -14,7 +14,7 @@ from ...rundir import atomic_write_json
 from ...states import JobState
 from ...supervisor import root_cause
 from ...supervisor.allocation import Allocation
-from . import nodes, requeue, scheduler, srun
+from . import fit, nodes, requeue, scheduler, srun
 
 
 class SlurmAllocation(Allocation):
@@ -59,8 +59,19 @@ class SlurmAllocation(Allocation):
     def lost_nodes(self) -> dict[str, str]:
         return nodes.lost_nodes(requeue.job_record(self.job_id), nodes.allocated_nodes())
 
-    def can_leave_nodes_behind(self, spec, run) -> bool:
-        return run.status().requeues < spec.slurm.max_requeues
+    def can_leave_nodes_behind(self, spec, run, bad=()) -> bool:
+        """Requeues are left, and the job's partition keeps enough nodes without the excluded ones
+        and `bad`: otherwise the requeued job would wait in the queue for good."""
+        status = run.status()
+        if status.requeues >= spec.slurm.max_requeues:
+            return False
+        partition = requeue.job_record(self.job_id).get("Partition")
+        try:
+            _, node_records = fit.read_cluster()
+        except SchedulerError:
+            return False
+        usable = {n.get("NodeName") for n in node_records if partition in n.get("Partitions", "").split(",")}
+        return len(usable - set(status.excluded_nodes or []) - set(bad)) >= spec.nodes
 
     def leave_nodes_behind(self, bad, cause, failure, attempt, run, spec, echo):
         """Requeue the job without `bad` nodes (node: why): REQUEUED, or FAILED once
