@@ -129,9 +129,12 @@ def run(spec, overrides, program_args, sweeps, max_parallel, run_dir, dry_run, r
 
 @main.command(cls=_ProgramCommand)
 @spec_options
-@click.option("--faults", default=",".join(("kill", "preempt", "hang")), show_default=True,
+@click.option("--faults", default=None,
               help="Faults to inject, comma-separated: kill (a rank SIGKILLed), preempt (a preemption notice), "
-                   "hang (a rank stopped, alive).")
+                   "hang (a rank stopped, alive), node (--target slurm: a rank's node set DOWN). "
+                   "[default: kill,preempt,hang; on slurm also node]")
+@click.option("--target", type=click.Choice(["local", "slurm"]), default="local", show_default=True,
+              help="Drill the job on this machine (jaxlaunch run) or on its Slurm cluster (jaxlaunch submit).")
 @click.option("--count", type=click.IntRange(min=1), default=1, show_default=True, help="Runs per fault.")
 @click.option("--seed", type=int, default=None, help="Chooses the points and ranks (default: random; in drill.json).")
 @click.option("--tolerance", type=click.FloatRange(min=0), default=None,
@@ -143,7 +146,7 @@ def run(spec, overrides, program_args, sweeps, max_parallel, run_dir, dry_run, r
 @click.option("--run-dir", type=click.Path(file_okay=False), help="Where the drill's runs go (default: "
                                                                    "runs/drill-NAME-TIME).")
 @_user_errors
-def drill(spec, overrides, program_args, faults, count, seed, tolerance, ignore, run_dir):
+def drill(spec, overrides, program_args, faults, target, count, seed, tolerance, ignore, run_dir):
     """Rehearse failures on SPEC's own job: run it once clean, then once per fault injected at a random
     point of its run, and print a scorecard (detected, recovered, steps lost, same result). Exit code
     0 only when every fault passed; everything is in DRILL_DIR/drill.json."""
@@ -151,19 +154,22 @@ def drill(spec, overrides, program_args, faults, count, seed, tolerance, ignore,
     import time
     from pathlib import Path
 
-    from .drill import FAULTS, run_drill
+    from .drill import FAULTS, SLURM_FAULTS, run_drill
     from .spec import load_spec
 
-    wanted = [f.strip() for f in faults.split(",") if f.strip()]
-    unknown = [f for f in wanted if f not in FAULTS]
+    known = SLURM_FAULTS if target == "slurm" else FAULTS
+    wanted = [f.strip() for f in (faults or ",".join(known)).split(",") if f.strip()]
+    unknown = [f for f in wanted if f not in known]
     if unknown or not wanted:
-        raise click.BadParameter(f"{', '.join(unknown) or 'none'}: choose from {', '.join(FAULTS)}",
+        hint = " (node: with --target slurm)" if "node" in unknown else ""
+        raise click.BadParameter(f"{', '.join(unknown) or 'none'}: choose from {', '.join(known)}{hint}",
                                  param_hint="--faults")
     job = load_spec(spec, overrides, program_args=program_args)  # checked once, before any run
     seed = random.randrange(1 << 30) if seed is None else seed
     folder = Path(run_dir) if run_dir else Path("runs") / f"drill-{job.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     passed = run_drill(spec, list(overrides), list(program_args), folder, wanted, count, seed, tolerance or 0.0,
-                       job.num_processes, echo=_progress, ignore=ignore)
+                       job.num_processes, echo=_progress, ignore=ignore, target=target,
+                       processes_per_node=job.processes_per_node)
     sys.exit(0 if passed else 1)
 
 

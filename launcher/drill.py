@@ -23,7 +23,16 @@ checkpoints of the clean run; a job that never checkpoints has none: any lost st
 
 Everything goes to DRILL_DIR (runs/drill-NAME-TIME by default): clean/, kill-1/, ..., each fault's
 output in its .log, and drill.json (the seed, the points chosen, every figure). The exit code is 0
-only when every fault passed. Local runs only for now; a node set DOWN on Slurm is not drilled yet.
+only when every fault passed.
+
+`--target slurm` drills the job on the cluster it targets: each run is `jaxlaunch submit --wait`,
+a preemption notice is Slurm's own (`scancel --batch --signal=USR2`; the job requeues itself), a
+rank is killed or stopped on its node through a step of the job (`srun --overlap`, which finds the
+rank's process there and signals it), and one more fault is possible:
+- `node`:    the node of the chosen rank is set DOWN (`scontrol update state=down`, which needs Slurm
+             operator rights; the drill sets it back to RESUME after the run). The job must go on on
+             a spare node (slurm.spare_nodes) or requeue without it (slurm.max_requeues). The batch
+             node, where the supervisor runs, is never chosen: its loss ends any Slurm job.
 """
 
 from __future__ import annotations
@@ -41,6 +50,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 FAULTS = ("kill", "preempt", "hang")
+SLURM_FAULTS = (*FAULTS, "node")
+TARGETS = ("local", "slurm")
 POINTS = ("start", "step", "checkpoint")
 POLL_SECONDS = 0.1
 HANG_FLOOR_SECONDS = 5  # the drill's hang_timeout: at least this, or 10x the clean run's slowest step
@@ -64,6 +75,7 @@ class Trial:
     passed: bool = False
     why: list = field(default_factory=list)
     run_dir: str = ""
+    node: str | None = None            # a node fault: the node set DOWN
 
 
 def _jaxlaunch() -> str:
@@ -97,7 +109,7 @@ def _rank_pid(run_dir: Path, rank: int) -> int | None:
     """The process of rank `rank` of the job's current attempt (mpirun's or srun's variable)."""
     from .supervisor.processes import job_processes
 
-    for variable in ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID"):
+    for variable in ("OMPI_COMM_WORLD_RANK", "SLURM_PROCID", "PMIX_RANK"):
         pids = job_processes(run_dir, {variable: str(rank)})
         pids = [pid for pid in pids if _is_python(pid)]
         if pids:
@@ -148,9 +160,25 @@ def same_result(clean, other, tolerance: float, ignore=()) -> tuple[bool, str]:
     return not where, where
 
 
+def signal_rank_here(run_dir: Path, rank: int, signum: int) -> bool:
+    """Signal rank `rank` of the job in `run_dir` if its process runs on this machine (a drill's
+    step on each of a Slurm job's nodes runs this: `python -m launcher.drill signal ...`)."""
+    pid = _rank_pid(run_dir, rank)
+    if pid is None:
+        return False
+    os.kill(pid, signum)
+    return True
+
+
+def _slurm(argv: list[str], timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+
+
 class Drill:
     def __init__(self, spec_path: str, overrides: list[str], program_args: list[str], folder: Path,
-                 faults: list[str], count: int, seed: int, tolerance: float, echo=print, ignore=("attempt",)):
+                 faults: list[str], count: int, seed: int, tolerance: float, echo=print, ignore=("attempt",),
+                 target: str = "local", processes_per_node: int = 1):
+        self.target, self.processes_per_node = target, processes_per_node
         self.spec_path, self.overrides, self.program_args = spec_path, list(overrides), list(program_args)
         self.ignore = tuple(name for name in ignore if name)
         self.folder, self.faults, self.count = folder, faults, count
@@ -166,6 +194,8 @@ class Drill:
             command = [_jaxlaunch(), "run", "--resume", str(run_dir)]
         else:
             command = [_jaxlaunch(), "run", self.spec_path, "--run-dir", str(run_dir)]
+            if self.target == "slurm":  # --wait: follows the job, its restarts and requeues, to its end
+                command = [_jaxlaunch(), "submit", self.spec_path, "--wait", "--run-dir", str(run_dir)]
             for override in [*self.overrides, *extra]:
                 command += ["--set", override]
             if self.program_args:
@@ -233,6 +263,8 @@ class Drill:
 
     def _inject(self, trial: Trial, run_dir: Path, process: subprocess.Popen) -> str | None:
         """Inject the fault; why it could not be, or None."""
+        if self.target == "slurm":
+            return self._inject_in_slurm(trial, run_dir)
         if trial.fault == "preempt":
             os.kill(process.pid, signal.SIGUSR2)
             return None
@@ -241,6 +273,51 @@ class Drill:
             return f"rank {trial.rank}'s process was not found"
         os.kill(pid, signal.SIGKILL if trial.fault == "kill" else signal.SIGSTOP)
         return None
+
+    def _inject_in_slurm(self, trial: Trial, run_dir: Path) -> str | None:
+        job_id = _status(run_dir).get("job_id")
+        if not job_id:
+            return "the job's Slurm id is not in its status.json"
+        if trial.fault == "preempt":  # what Slurm's --signal=B:USR2@... warning does
+            done = _slurm(["scancel", "--batch", "--signal=USR2", str(job_id)])
+            return None if done.returncode == 0 else f"scancel failed: {done.stderr.strip()}"
+        if trial.fault == "node":
+            node, why = self._node_of(trial, run_dir, str(job_id))
+            if node is None:
+                return why
+            done = _slurm(["scontrol", "update", f"nodename={node}", "state=down", "reason=jaxlaunch drill"])
+            if done.returncode != 0:
+                return f"cannot set {node} DOWN (needs Slurm operator rights): {done.stderr.strip()}"
+            trial.node = node
+            return None
+        signum = signal.SIGKILL if trial.fault == "kill" else signal.SIGSTOP
+        # One task on each of the job's nodes; the one where the rank runs signals it.
+        done = _slurm(["srun", f"--jobid={job_id}", "--overlap", "--mpi=none", "--ntasks-per-node=1",
+                       "--kill-on-bad-exit=0", sys.executable, "-m", "launcher.drill", "signal", str(run_dir),
+                       str(trial.rank), str(int(signum))], timeout=120)
+        if "signalled" not in done.stdout:
+            return f"rank {trial.rank}'s process was not found on the job's nodes: {done.stderr.strip()[-300:]}"
+        return None
+
+    def _node_of(self, trial: Trial, run_dir: Path, job_id: str) -> tuple[str | None, str]:
+        """The node rank `trial.rank` runs on (the attempt's node list, block by block), or another
+        rank's when that is the batch node."""
+        record = {}
+        shown = _slurm(["scontrol", "show", "job", "--oneliner", job_id])
+        for word in shown.stdout.split():
+            key, _, value = word.partition("=")
+            record.setdefault(key, value)
+        launches = [e["argv"] for e in _events(run_dir) if e["event"] == "launch"]
+        listed = next((a.partition("=")[2] for a in (launches[-1] if launches else []) if a.startswith("--nodelist=")),
+                      record.get("NodeList", ""))
+        names = _slurm(["scontrol", "show", "hostnames", listed]).stdout.split() if listed else []
+        if not names:
+            return None, f"cannot tell the job's nodes (NodeList {listed!r})"
+        order = [names[min(trial.rank // self.processes_per_node, len(names) - 1)], *names]
+        node = next((n for n in order if n != record.get("BatchHost")), None)
+        if node is None:
+            return None, "every node of the job is its batch node: a node fault would end it (nothing to drill)"
+        return node, ""
 
     def run_trial(self, trial: Trial) -> None:
         run_dir = Path(trial.run_dir)
@@ -262,8 +339,12 @@ class Drill:
         problem = self._inject(trial, run_dir, process)
         if problem:
             trial.why.append(problem)
-        code = process.wait()
-        if trial.fault == "preempt" and code == 75:  # PREEMPTED: continue it, as the user would
+        try:
+            code = process.wait()
+        finally:
+            if trial.node:  # the drill's own DOWN: give the node back to the cluster
+                _slurm(["scontrol", "update", f"nodename={trial.node}", "state=resume"])
+        if trial.fault == "preempt" and code == 75 and self.target == "local":  # PREEMPTED: continue it
             self._start(run_dir, [], log, resume=True).wait()
         self._score(trial, run_dir)
 
@@ -347,19 +428,21 @@ class Drill:
         return "\n".join(lines)
 
     def report(self) -> dict:
-        return {"spec": self.spec_path, "overrides": self.overrides, "args": self.program_args, "seed": self.seed,
+        return {"spec": self.spec_path, "target": self.target, "overrides": self.overrides, "args": self.program_args, "seed": self.seed,
                 "count": self.count, "faults": self.faults, "tolerance": self.tolerance, "ignored": list(self.ignore),
                 "clean": self.clean,
                 "trials": [asdict(t) for t in self.trials], "passed": all(t.passed for t in self.trials)}
 
 
 def run_drill(spec_path: str, overrides: list[str], program_args: list[str], folder: Path, faults: list[str],
-              count: int, seed: int, tolerance: float, num_processes: int, echo=print, ignore=("attempt",)) -> bool:
+              count: int, seed: int, tolerance: float, num_processes: int, echo=print, ignore=("attempt",),
+              target: str = "local", processes_per_node: int = 1) -> bool:
     from .rundir import atomic_write_json
 
     folder = folder.resolve()  # the ranks' JAXLAUNCH_RUN_DIR is absolute: how their processes are found
     folder.mkdir(parents=True, exist_ok=True)
-    drill = Drill(spec_path, overrides, program_args, folder, faults, count, seed, tolerance, echo, ignore)
+    drill = Drill(spec_path, overrides, program_args, folder, faults, count, seed, tolerance, echo, ignore,
+                  target=target, processes_per_node=processes_per_node)
     echo(f"drill: the clean run ({folder / 'clean'})")
     drill.run_clean()
     if drill.clean["state"] != "COMPLETED":
@@ -370,10 +453,26 @@ def run_drill(spec_path: str, overrides: list[str], program_args: list[str], fol
     drill.plan(num_processes)
     for trial in drill.trials:
         where = f"step {trial.target_step}" if trial.target_step is not None else f"{trial.target_seconds} s"
-        echo(f"drill: {trial.fault} at {where} ({trial.point}), rank {trial.rank} ({trial.run_dir})")
+        echo(f"drill: {trial.fault} at {where} ({trial.point}), rank {trial.rank} ({trial.run_dir})"
+             + (" on Slurm" if target == "slurm" else ""))
         drill.run_trial(trial)
     atomic_write_json(folder / "drill.json", drill.report())
     echo(drill.scorecard())
     passed = all(t.passed for t in drill.trials)
     echo(f"drill: {'every fault passed' if passed else 'FAILED'}; details: {folder / 'drill.json'}")
     return passed
+
+
+def _main(argv: list[str]) -> int:
+    """`python -m launcher.drill signal RUN_DIR RANK SIGNUM`: one task of the drill's step on a
+    Slurm node (see Drill._inject_in_slurm)."""
+    if len(argv) != 4 or argv[0] != "signal":
+        print("usage: python -m launcher.drill signal RUN_DIR RANK SIGNUM", file=sys.stderr)
+        return 2
+    if signal_rank_here(Path(argv[1]), int(argv[2]), int(argv[3])):
+        print(f"signalled rank {argv[2]} on {os.uname().nodename}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))

@@ -94,6 +94,10 @@ class StatusRecord:
     node_failures: int = 0            # requeues that left bad nodes behind (failed, or failed the health check)
     hang_requeues: int = 0            # requeues after a hang, without the node of the rank that held the job up
     excluded_nodes: list | None = None  # the nodes this job excludes from its requeues
+    # slurm.spare_nodes: the nodes the job stopped using inside its allocation ({node: why}), and
+    # each swap ({cause, nodes, spares, attempt}), newest last
+    replaced_nodes: dict | None = None
+    spare_swaps: list | None = None
     supervisor_pid: int | None = None   # a local run's supervisor: pid, its start time, the host
     supervisor_start: int | None = None
     supervisor_host: str | None = None

@@ -108,8 +108,11 @@ def _job_context(spec, run, comm, topology, monitor):
     except (AssertionError, RuntimeError) as exc:  # JAX's words for no CUDA: a bare AssertionError
         if spec.platform != "gpu":
             raise
-        from .topology import GPU_FIX, missing_for_gpu
+        from .topology import BINDING_FIX, GPU_FIX, binding_beyond_node, missing_for_gpu
 
+        beyond = binding_beyond_node(os.environ.get("CUDA_VISIBLE_DEVICES"), topology.local_rank)
+        if beyond:
+            raise RuntimeError(f"platform: gpu, on {socket.gethostname()}: {beyond}. Fix: {BINDING_FIX}") from None
         why = missing_for_gpu() or f"JAX could not start its CUDA backend ({exc!r})"
         raise RuntimeError(f"platform: gpu, but on {socket.gethostname()}: {why}. Fix: {GPU_FIX}") from None
     mesh = Mesh(np.array(devices), (DEVICE_AXIS,))

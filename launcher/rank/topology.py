@@ -137,6 +137,29 @@ CUDA_PLUGINS = ("jax-cuda13-plugin", "jax-cuda12-plugin")
 GPU_FIX = "run on a GPU node, install JAX's CUDA build there (pip install 'jax[cuda12]'), or set platform: cpu"
 
 
+def binding_beyond_node(visible: str | None, local_rank: int, device_files: list[str] | None = None) -> str | None:
+    """Why this rank sees no GPU although the node has some: it was bound to a GPU index the node
+    does not have (more processes_per_node x devices_per_process than GPUs), else None. Seen on a
+    1-GPU machine with 2 ranks: JAX's own word is CUDA_ERROR_NO_DEVICE, as if there were no GPU."""
+    import glob
+
+    if device_files is None:
+        device_files = glob.glob("/dev/nvidia[0-9]*")
+    ids = [x.strip() for x in (visible or "").split(",") if x.strip()]
+    if not device_files or not ids or not all(x.isdigit() for x in ids):
+        return None
+    count = len(device_files)
+    beyond = [x for x in ids if int(x) >= count]
+    if not beyond:
+        return None
+    return (f"local rank {local_rank} was bound to GPU {', '.join(beyond)} (CUDA_VISIBLE_DEVICES={visible}), but this "
+            f"node has {count} GPU{'' if count == 1 else 's'}: processes_per_node x devices_per_process asks for "
+            f"more GPUs per node than it has")
+
+
+BINDING_FIX = "lower processes_per_node (or devices_per_process) to fit the node's GPUs, or run on nodes with more GPUs"
+
+
 def missing_for_gpu(device_files: list[str] | None = None, plugins: list[str] | None = None) -> str | None:
     """Why `platform: gpu` cannot run on THIS machine (no NVIDIA GPU, or JAX without its CUDA
     plugin), else None. Without this, JAX's only word is a bare AssertionError in local_devices().

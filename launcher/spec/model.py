@@ -207,7 +207,13 @@ class SlurmSpec(Record):
                              checks=(_options_of("an sbatch", "--mem=8G"), _single_sbatch_options))
     health_check: str | None = field(
         Optional(Text()), "a shell command run once on every node before the ranks start; a node where it fails "
-                          "is excluded and the job requeued (counts against max_requeues)", None)
+                          "is replaced by a spare node, else excluded and the job requeued (counts against "
+                          "max_requeues)", None)
+    spare_nodes: int = field(
+        Integer(minimum=0), "extra nodes to allocate beside `nodes`: when a node fails under the job (or fails the "
+                            "health check, or holds up a hang), the ranks restart from the latest checkpoint inside "
+                            "the same allocation with a spare in its place, with no requeue; once spares run out the "
+                            "job requeues as before", 0)
 
 
 # Signals a preemption notice may be delivered as (preemption_signal). Not SIGUSR2: that is the

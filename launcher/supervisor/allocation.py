@@ -36,6 +36,21 @@ class Allocation:
         """{node: why} for the nodes the allocation lost under a failed attempt."""
         return {}
 
+    def launch_command(self, argv: list[str], spec, run) -> list[str]:
+        """The launcher's argv for the next attempt (a Slurm allocation with spare nodes names the
+        nodes the ranks run on)."""
+        return argv
+
+    def can_swap_in_spares(self, spec, run, bad=()) -> bool:
+        """Whether swap_in_spares can replace `bad` nodes inside this allocation."""
+        return False
+
+    def swap_in_spares(self, bad: dict[str, str], cause: str, attempt: int, run, spec, echo) -> bool:
+        """Stop using `bad` nodes (node: why) inside the allocation, spare nodes in their place: True
+        when the next attempt can start at once, False when too few nodes are left (then the job is
+        requeued without them, or ends)."""
+        return False
+
     def can_leave_nodes_behind(self, spec, run, bad=()) -> bool:
         """Whether leave_nodes_behind can still requeue the job without `bad` (a hang's culprit node
         is then left behind; otherwise the job restarts or ends as after any failure)."""

@@ -144,27 +144,36 @@ class Supervisor:
         previous = self._install_signal_handlers()
         try:
             attempt = first
+            swaps = 0  # attempts started on spare nodes: not restarts (max_restarts)
             failing_check = self.allocation.failing_nodes(self.spec, self.run, self.echo)
+            if failing_check and self.allocation.swap_in_spares(failing_check, "health_check", attempt, self.run,
+                                                                self.spec, self.echo):
+                failing_check = {}
             while not failing_check:
-                self.run.update_status(state=JobState.RUNNING, attempts=attempt + 1, restarts=attempt - first,
+                self.run.update_status(state=JobState.RUNNING, attempts=attempt + 1, restarts=attempt - first - swaps,
                                        started=started, attempt_started=time.time())
                 state, failure, stop_reason = self._attempt(attempt)
                 if state == JobState.PREEMPTED:
                     state, failure = self._after_preemption(failure)
                     break
                 lost = self.allocation.lost_nodes() if state == JobState.FAILED and stop_reason is None else {}
-                if lost:  # the allocation is smaller now: only a requeue can give the job its nodes back
-                    state, failure = self._leave_nodes_behind(lost, "node_failure", failure, attempt)
-                    break
-                culprits = self._hang_culprit_nodes(stop_reason, failure)
-                if culprits:  # a rank held the job up: start again from the checkpoint without its node
-                    state, failure = self._leave_nodes_behind(culprits, "hang", failure, attempt)
+                culprits = {} if lost else self._hang_culprit_nodes(stop_reason, failure)
+                bad, cause = (lost, "node_failure") if lost else (culprits, "hang")
+                # A spare node of the allocation takes the bad node's place: the next attempt starts
+                # at once, from the latest checkpoint, and counts against no restart budget.
+                if bad and self.allocation.swap_in_spares(bad, cause, attempt, self.run, self.spec, self.echo):
+                    self._archive_attempt(attempt)
+                    attempt += 1
+                    swaps += 1
+                    continue
+                if bad:  # the allocation is smaller now: only a requeue can give the job its nodes back
+                    state, failure = self._leave_nodes_behind(bad, cause, failure, attempt)
                     break
                 if (state == JobState.COMPLETED or stop_reason in NO_RESTART
-                        or attempt - first >= self.spec.max_restarts):
+                        or attempt - first - swaps >= self.spec.max_restarts):
                     break
                 self.echo(f"jaxlaunch: attempt {attempt} {state}: {failure['summary']}")
-                self.echo(f"jaxlaunch: restarting the job ({attempt - first + 1} of {self.spec.max_restarts} "
+                self.echo(f"jaxlaunch: restarting the job ({attempt - first - swaps + 1} of {self.spec.max_restarts} "
                           f"restarts)")
                 self._archive_attempt(attempt)
                 attempt += 1
@@ -182,7 +191,7 @@ class Supervisor:
         reason = None if failure is None else failure["summary"]
         self.run.update_status(state=state.value, exit_code=exit_code, ended=time.time(), reason=reason)
         self.allocation.finish(self.run, state, self.requeue_cause, self.echo)
-        return Outcome(state.value, exit_code, failure, attempt + 1, restarts=max(0, attempt - first))
+        return Outcome(state.value, exit_code, failure, attempt + 1, restarts=max(0, attempt - first - swaps))
 
     # --- bad nodes ---------------------------------------------------------------------------
 
@@ -206,7 +215,10 @@ class Supervisor:
         every = {r["host"] for r in self.channel.started()} if self.channel else set()
         if not nodes or (every and set(nodes) >= every):
             return {}
-        return nodes if self.allocation.can_leave_nodes_behind(self.spec, self.run, set(nodes)) else {}
+        if (self.allocation.can_swap_in_spares(self.spec, self.run, set(nodes))
+                or self.allocation.can_leave_nodes_behind(self.spec, self.run, set(nodes))):
+            return nodes
+        return {}
 
     def _continue_earlier_run(self) -> "int | Outcome":
         """Pick up where the run directory's last attempt ended: its logs go to logs/attempt-K/,
@@ -324,7 +336,10 @@ class Supervisor:
     def _run_attempt(self, attempt: int) -> tuple[str, dict | None, str | None]:
         env = {**os.environ, **self.env, ATTEMPT_ENV: str(attempt), **self.channel.env(),
                OWNER_KEY_ENV: owner_key()}
-        process = subprocess.Popen(self.argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        argv = self.allocation.launch_command(self.argv, self.spec, self.run)
+        if argv != self.argv:
+            self.run.log_event("launch", argv=argv)
+        process = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                    start_new_session=True)
         launcher_lines: deque[str] = deque(maxlen=400)
         first_launcher_line = []

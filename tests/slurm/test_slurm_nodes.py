@@ -5,6 +5,7 @@ check would) ends the job step; the supervisor requeues the job with that node i
 ExcNodeList, and the job resumes from its checkpoint elsewhere. The same for a node that fails
 the spec's slurm.health_check before the ranks start."""
 
+import contextlib
 import json
 import subprocess
 import time
@@ -48,6 +49,16 @@ def wait_for_end(slurm_env, job_id, timeout=240):
     raise AssertionError(f"job {job_id} did not end within {timeout} s")
 
 
+@contextlib.contextmanager
+def node_down(slurm_cluster, node):
+    """`node` DOWN (as an admin or Slurm's health check would set it), RESUMEd afterwards."""
+    slurm_cluster.run("scontrol", "update", f"nodename={node}", "state=down", "reason=jaxlaunch-test")
+    try:
+        yield
+    finally:
+        slurm_cluster.run("scontrol", "update", f"nodename={node}", "state=resume", check=False)
+
+
 def hostnames(slurm_cluster, nodelist) -> list[str]:
     return slurm_cluster.run("scontrol", "show", "hostnames", nodelist).stdout.split()
 
@@ -61,11 +72,8 @@ def test_a_node_failed_mid_job_is_left_behind_and_the_job_completes(slurm_env, s
     record = job_record(slurm_cluster, job_id)
     first_nodes = hostnames(slurm_cluster, record["NodeList"])
     victim = next(node for node in first_nodes if node != record["BatchHost"])  # a rank's node, not ours
-    slurm_cluster.run("scontrol", "update", f"nodename={victim}", "state=down", "reason=jaxlaunch-test")
-    try:
+    with node_down(slurm_cluster, victim):
         assert wait_for_end(slurm_env, job_id) == "COMPLETED"
-    finally:
-        slurm_cluster.run("scontrol", "update", f"nodename={victim}", "state=resume", check=False)
     assert_same_training(load_result(run_dir), reference)
     status = json.loads((run_dir / "status.json").read_text())
     assert status["excluded_nodes"] == [victim] and status["node_failures"] == 1 and status["requeues"] == 1
@@ -80,6 +88,41 @@ def test_a_node_failed_mid_job_is_left_behind_and_the_job_completes(slurm_env, s
     assert next(e for e in timeline if e["event"] == "restored")["step"] >= 20
     shown = jaxlaunch("status", job_id, env=slurm_env).stdout
     assert f"excluded nodes: {victim}" in shown and "1 bad-node requeue" in shown
+
+
+@pytest.mark.parametrize("launch", ["srun", "mpirun"])
+def test_a_node_failed_mid_job_is_replaced_by_a_spare_inside_the_allocation(slurm_env, slurm_cluster, tmp_path,
+                                                                           reference, launch):
+    """slurm.spare_nodes=1 (3 nodes for a 2-node job): a rank's node set DOWN mid-run. The same
+    Slurm job goes on with the spare in its place, from its checkpoint: no requeue (Restarts=0;
+    max_requeues=0 would have ended it), COMPLETED, bit for bit the uninterrupted run's result."""
+    run_dir = tmp_path / "run"
+    job_id = submit(slurm_env, TRAIN, run_dir, *TRAIN_SETTINGS, "--set", f"slurm.launch={launch}",
+                    "--set", "slurm.spare_nodes=1", "--set", "slurm.max_requeues=0")
+    wait_for_checkpoint(run_dir, 20)
+    record = job_record(slurm_cluster, job_id)
+    allocated = hostnames(slurm_cluster, record["NodeList"])
+    assert len(allocated) == 3
+    first = next(e for e in events(run_dir) if e["event"] == "launch")["argv"]
+    ranks_on = allocated[:2]  # the first two run the ranks; the third waits as the spare
+    assert any(arg in (f"--nodelist={','.join(ranks_on)}", ",".join(f"{n}:1" for n in ranks_on)) for arg in first)
+    victim = next(node for node in ranks_on if node != record["BatchHost"])
+    with node_down(slurm_cluster, victim):
+        assert wait_for_end(slurm_env, job_id) == "COMPLETED"
+    assert_same_training(load_result(run_dir), reference)
+    final = job_record(slurm_cluster, job_id)
+    assert final["Restarts"] == "0" and final["JobState"] == "COMPLETED"
+    status = json.loads((run_dir / "status.json").read_text())
+    assert status["requeues"] == 0 and list(status["replaced_nodes"]) == [victim]
+    [swap] = status["spare_swaps"]
+    assert swap["nodes"] == [victim] and swap["spares"] == [allocated[2]] and swap["cause"] == "node_failure"
+    timeline = events(run_dir)
+    launches = [e["argv"] for e in timeline if e["event"] == "launch"]
+    assert len(launches) == 2 and not any(victim in arg for arg in launches[1])
+    assert next(e for e in timeline if e["event"] == "restored")["step"] >= 20
+    assert not any(e["event"] in ("requeue", "nodes_left_behind") for e in timeline)
+    shown = jaxlaunch("status", job_id, env=slurm_env).stdout
+    assert f"1 spare-node swap inside the allocation (no requeue): {victim} -> {allocated[2]} (node failure)" in shown
 
 
 def test_a_node_that_fails_the_health_check_is_excluded_before_the_ranks_start(slurm_env, slurm_cluster, tmp_path):

@@ -97,7 +97,7 @@ def test_print_spec_shows_each_resolved_value_with_its_type_and_runs_nothing(wri
                      "setup = []  (list)", "snapshot = False  (bool)", "container = None  (null)"):
         assert expected in lines
     assert "hang_timeout = 'auto'  (str)" in lines
-    assert len(lines) == 40  # one line per key, params expanded
+    assert len(lines) == 41  # one line per key, params expanded
     assert not (tmp_path / "run").exists()
 
 

@@ -94,6 +94,21 @@ def test_what_platform_gpu_needs_on_this_machine():
     assert missing_for_gpu(device_files=["/dev/nvidia0"], plugins=["jax-cuda12-plugin 0.10.2"]) is None
 
 
+def test_a_rank_bound_past_the_nodes_gpus_is_told_so_not_to_install_cuda():
+    """Seen on a 1-GPU machine (H100, 2026-11-26): 2 ranks, rank 1 bound to GPU 1; JAX said
+    CUDA_ERROR_NO_DEVICE and the rank's error advised installing JAX's CUDA build."""
+    from launcher.rank.topology import binding_beyond_node
+
+    why = binding_beyond_node("1", 1, device_files=["/dev/nvidia0"])
+    assert why == ("local rank 1 was bound to GPU 1 (CUDA_VISIBLE_DEVICES=1), but this node has 1 GPU: "
+                   "processes_per_node x devices_per_process asks for more GPUs per node than it has")
+    assert binding_beyond_node("2,3", 1, device_files=["/dev/nvidia0", "/dev/nvidia1"]).startswith(
+        "local rank 1 was bound to GPU 2, 3")
+    assert binding_beyond_node("0", 0, device_files=["/dev/nvidia0"]) is None
+    assert binding_beyond_node("GPU-5e08", 1, device_files=["/dev/nvidia0"]) is None  # UUIDs: cannot tell
+    assert binding_beyond_node("1", 1, device_files=[]) is None  # no GPU at all: missing_for_gpu says so
+
+
 @pytest.mark.skipif(Path("/dev/nvidia0").exists(), reason="this machine has a GPU")
 def test_platform_gpu_without_a_gpu_is_refused_by_run_and_explain_not_a_bare_assertion(tmp_path):
     """Issue 29: `platform: gpu` on a host without a GPU failed in every rank with JAX's bare

@@ -299,7 +299,7 @@ def test_every_default():
         "max_parallel": None, "sweep_limit": 1000,
         "slurm": {"partition": None, "time": None, "account": None, "qos": None, "gpus_per_node": None,
                   "gres": None, "cpus_per_task": None, "launch": "mpirun", "srun_mpi": "pmix", "max_requeues": 3,
-                  "checkpoint_notice": 90, "extra": [], "health_check": None},
+                  "checkpoint_notice": 90, "extra": [], "health_check": None, "spare_nodes": 0},
         "container": None,
     }
 

@@ -14,7 +14,7 @@ from ...rundir import atomic_write_json
 from ...states import JobState
 from ...supervisor import root_cause
 from ...supervisor.allocation import Allocation
-from . import fit, nodes, requeue, scheduler, srun
+from . import fit, nodes, requeue, scheduler, spares, srun
 
 
 class SlurmAllocation(Allocation):
@@ -22,6 +22,7 @@ class SlurmAllocation(Allocation):
 
     def __init__(self, job_id: str):
         self.job_id = job_id
+        self.in_use: list[str] | None = None  # the nodes the latest attempt ran on, with spare nodes
 
     @classmethod
     def here(cls, env=os.environ) -> "SlurmAllocation | None":
@@ -57,7 +58,57 @@ class SlurmAllocation(Allocation):
         return failing
 
     def lost_nodes(self) -> dict[str, str]:
-        return nodes.lost_nodes(requeue.job_record(self.job_id), nodes.allocated_nodes())
+        """The nodes the attempt ran on that failed (a spare that failed while idle is not the
+        attempt's; swap_in_spares passes over it)."""
+        return nodes.lost_nodes(requeue.job_record(self.job_id), self.in_use or nodes.allocated_nodes())
+
+    # --- spare nodes (slurm.spare_nodes; spares.py) -------------------------------------------
+
+    def launch_command(self, argv, spec, run):
+        allocated = nodes.allocated_nodes()
+        if not spec.slurm.spare_nodes or len(allocated) <= spec.nodes:
+            return argv
+        self.in_use = spares.chosen(allocated, run.status().replaced_nodes or {}, spec.nodes) or allocated
+        return spares.pin(argv, self.in_use, spec.processes_per_node)
+
+    def _left_out(self, run, bad, allocated) -> dict[str, str]:
+        """{node: why} of the allocation's nodes no attempt may use: replaced before, `bad`, and
+        the ones in a bad state now (a spare can fail while idle)."""
+        down = nodes.lost_nodes(requeue.job_record(self.job_id), allocated) if allocated else {}
+        return {**(run.status().replaced_nodes or {}), **down, **bad}
+
+    def can_swap_in_spares(self, spec, run, bad=()) -> bool:
+        if not spec.slurm.spare_nodes:
+            return False
+        allocated = nodes.allocated_nodes()
+        left_out = self._left_out(run, {node: "" for node in bad}, allocated)
+        return spares.chosen(allocated, left_out, spec.nodes) is not None
+
+    def swap_in_spares(self, bad, cause, attempt, run, spec, echo) -> bool:
+        if not spec.slurm.spare_nodes:
+            return False
+        allocated = nodes.allocated_nodes()
+        status = run.status()
+        before = self.in_use or spares.chosen(allocated, status.replaced_nodes or {}, spec.nodes) or []
+        left_out = self._left_out(run, bad, allocated)
+        after = spares.chosen(allocated, left_out, spec.nodes)
+        listing = "; ".join(f"{node}: {why}" for node, why in sorted(bad.items()))
+        if after is None:
+            echo(f"jaxlaunch: node(s) failed ({listing}) and no spare node is left in this allocation "
+                 f"({len(spares.usable(allocated, left_out))} usable of the {spec.nodes} the job needs)")
+            run.log_event("spares_spent", cause=cause, nodes=bad)
+            return False
+        swap = {"cause": cause, "attempt": attempt, "nodes": sorted(n for n in before if n not in after),
+                "spares": [n for n in after if n not in before], "why": bad}
+        run.update_status(replaced_nodes=left_out, spare_swaps=[*(status.spare_swaps or []), swap])
+        run.log_event("nodes_replaced", **swap)
+        left = len(spares.usable(allocated, left_out)) - spec.nodes
+        what = {"health_check": "failed the health check", "hang": "held the job up in a hang"}.get(
+            cause, "failed under the job")
+        echo(f"jaxlaunch: node(s) {what} ({listing}); restarting the ranks inside this allocation on "
+             f"{', '.join(swap['spares']) or 'the nodes left'} (spare), from the latest checkpoint, without a "
+             f"requeue ({left} spare node{'' if left == 1 else 's'} left)")
+        return True
 
     def can_leave_nodes_behind(self, spec, run, bad=()) -> bool:
         """Requeues are left, and the job's partition keeps enough nodes without the excluded ones
@@ -77,7 +128,8 @@ class SlurmAllocation(Allocation):
         """Requeue the job without `bad` nodes (node: why): REQUEUED, or FAILED once
         slurm.max_requeues requeues are spent."""
         status = run.status()
-        excluded = sorted(set(status.excluded_nodes or []) | set(bad))
+        # Nodes replaced by spares earlier are bad too: the next allocation must not hold them.
+        excluded = sorted(set(status.excluded_nodes or []) | set(status.replaced_nodes or {}) | set(bad))
         run.update_status(excluded_nodes=excluded)
         run.log_event("nodes_left_behind", cause=cause, nodes=bad)
         listing = "; ".join(f"{node}: {why}" for node, why in sorted(bad.items()))

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ...errors import SchedulerError, UnknownJobError, UsageError
 from ...rundir import RunDirectory
-from . import index, scheduler
+from . import index, scheduler, spares
 from .index import sweep_dir_of
 from .submission import submit_job
 from ...spec import JobSpec
@@ -226,8 +226,15 @@ class SlurmJob(Job):
         return [run for task, run in sweep.task_runs() if task.get("job_id", "").startswith(f"{self.id}_")]
 
     def status_notes(self) -> list[str]:
-        line = self.requeue_line()
-        return [line] if line else []
+        return [line for line in (self.requeue_line(), self.spare_line()) if line]
+
+    def spare_line(self) -> str | None:
+        """'spare nodes in use: node2 -> node3 (node failure)' once a spare took a node's place."""
+        swaps = self.status().spare_swaps or []
+        if not swaps:
+            return None
+        return (f"{_count(len(swaps), 'spare-node swap')} inside the allocation (no requeue): "
+                + "; ".join(spares.describe_swap(swap) for swap in swaps))
 
     def requeue_line(self) -> str | None:
         """'requeued 2 times: 1 preemption, 1 time limit' for a job that requeued itself, else None."""

@@ -94,13 +94,17 @@ def check_against_cluster(spec: JobSpec, cluster: tuple[list[dict], list[dict]] 
     in_partition = [n for n in nodes if wanted in n.get("Partitions", "").split(",")]
     problems, warnings = [], []
     total = int(partition.get("TotalNodes", len(in_partition)) or 0)
-    if spec.nodes > total:
-        problems.append(f"{spec.nodes} nodes requested; partition {wanted!r} has {total}. "
-                        f"Fix: --set nodes={total} or less, or another partition")
+    asked = spec.nodes + spec.slurm.spare_nodes
+    spares = f" ({spec.nodes} + {spec.slurm.spare_nodes} spare)" if spec.slurm.spare_nodes else ""
+    fewer = (f"--set slurm.spare_nodes={max(0, total - spec.nodes)}" if spec.slurm.spare_nodes and spec.nodes <= total
+             else f"--set nodes={total} or less")
+    if asked > total:
+        problems.append(f"{asked} nodes requested{spares}; partition {wanted!r} has {total}. "
+                        f"Fix: {fewer}, or another partition")
     max_nodes = partition.get("MaxNodes", "UNLIMITED")
-    if max_nodes.isdigit() and spec.nodes > int(max_nodes):
-        problems.append(f"{spec.nodes} nodes requested; partition {wanted!r} allows {max_nodes} per job (MaxNodes). "
-                        f"Fix: --set nodes={max_nodes} or less")
+    if max_nodes.isdigit() and asked > int(max_nodes):
+        problems.append(f"{asked} nodes requested{spares}; partition {wanted!r} allows {max_nodes} per job "
+                        f"(MaxNodes). Fix: --set nodes={max_nodes} or less" + (" with fewer spare_nodes" if spares else ""))
     limit, max_time = slurm_time_limit(spec), _slurm_seconds(partition.get("MaxTime", ""))
     if limit and max_time and limit > max_time:
         problems.append(f"time limit {limit} s exceeds partition {wanted!r}'s MaxTime {partition['MaxTime']}. "

@@ -74,7 +74,7 @@ def sbatch_directives(spec: JobSpec, run_dir: Path, workdir: Path, output: Path 
     slurm = spec.slurm
     options = [
         ("job-name", spec.name),
-        ("nodes", spec.nodes),
+        ("nodes", spec.nodes + slurm.spare_nodes),  # the ranks run on spec.nodes of them (spares.py)
         ("ntasks-per-node", spec.processes_per_node),
         ("cpus-per-task", slurm.cpus_per_task),
         ("time", format_slurm_time(slurm_time_limit(spec)) if slurm_time_limit(spec) else None),
@@ -96,9 +96,10 @@ def sbatch_directives(spec: JobSpec, run_dir: Path, workdir: Path, output: Path 
             options.append(("gpus-per-node", slurm.gpus_per_node or spec.processes_per_node * spec.devices_per_process))
     lines = [f"--{key}={quote_sbatch(value)}" for key, value in options if value is not None]
     lines.append("--requeue" if slurm.max_requeues else "--no-requeue")
-    if slurm.max_requeues:
-        # A node failure ends the job step, not the job: the supervisor then requeues it without
-        # that node (launcher/backends/slurm/nodes.py), where Slurm would requeue it anywhere.
+    if slurm.max_requeues or slurm.spare_nodes:
+        # A node failure ends the job step, not the job: the supervisor then restarts it on a spare
+        # node (spares.py) or requeues it without that node (nodes.py), where Slurm would requeue
+        # it anywhere.
         lines.append("--no-kill")
     for extra in slurm.extra:  # one option each (spec check): its value quoted whole
         if extra.startswith("--"):
