@@ -12,6 +12,13 @@ Methods (float32 sum across processes, one device per process):
                     there is measured apart (row field `pack_seconds`) and counted in the ratio.
   XLA global mesh   an XLA collective over a mesh of every device of every process (jax.distributed;
                     gloo on CPU): a psum inside one jit, no launcher code involved
+Inside jit (issue 35), for every case: `jit step` is a jitted stand-in for a gradient step that makes
+the tree (x * 2 per leaf), `jit step + allreduce` the same jit that also calls launcher.allreduce on
+its result. Its target: at most 1.25x (jit step + mpi4py in-place).
+The floor of an allreduce outside jit of a tree of separate arrays (measured in the same run, for
+trees): the in-place MPI call, plus gathering the leaves into one buffer (the cheaper of a jitted
+concatenate and NumPy's), plus making the result arrays (the cheaper of one jitted split of a
+buffer put on the device and one device_put per leaf). Its target: launcher within 1.25x of it.
 Then 8-byte calls of every launcher collective against the raw mpi4py call it makes: allreduce,
 broadcast and ctx.should_stop().
 
@@ -41,7 +48,9 @@ from mpi4py import MPI
 import launcher
 from launcher.rundir import atomic_write_bytes
 
-METHODS = ["mpi4py", "mpi4py in-place", "mpi4jax per-leaf", "launcher", "launcher packed", "XLA global mesh"]
+METHODS = ["mpi4py", "mpi4py in-place", "mpi4jax per-leaf", "launcher", "launcher packed", "XLA global mesh",
+           "jit step", "jit step + allreduce"]
+FLOOR_PARTS = ["gather (jit)", "gather (numpy)", "make (jit split)", "make (device_put)"]
 SMALL_OPS = ["allreduce", "broadcast", "should_stop"]  # 8-byte calls: raw mpi4py vs launcher
 WARMUP = 3
 BLOCKS = 5  # interleaved blocks per measurement (see side_by_side)
@@ -120,8 +129,31 @@ def make_methods(comm, mpi4jax_comm, global_mesh):
                     for x in leaves]
         return lambda: psum(globals_)
 
+    step = jax.jit(lambda t: [x * 2 for x in t])
+    step_exchange = jax.jit(lambda t: launcher.allreduce([x * 2 for x in t]))
+
+    def step_method(leaves):
+        return lambda: step(leaves)
+
+    def step_exchange_method(leaves):
+        return lambda: step_exchange(leaves)
+
     return dict(zip(METHODS, [mpi4py_method, in_place_method, per_leaf_method, launcher_method, packed_method,
-                              distributed_method]))
+                              distributed_method, step_method, step_exchange_method]))
+
+
+def floor_parts(leaves, device):
+    """The parts of the floor of an allreduce of separate arrays, besides the MPI call: {part: call}."""
+    shapes = [x.shape for x in leaves]
+    sizes = np.cumsum([int(np.prod(s)) for s in shapes])[:-1]
+    concat = jax.jit(lambda t: jnp.concatenate([jnp.ravel(x) for x in t]))
+    split = jax.jit(lambda flat: [part.reshape(s) for part, s in zip(jnp.split(flat, sizes), shapes)])
+    buffer = np.concatenate([np.asarray(x).ravel() for x in leaves])
+    return {"gather (jit)": lambda: np.asarray(concat(leaves)),
+            "gather (numpy)": lambda: np.concatenate([np.asarray(x).ravel() for x in leaves]),
+            "make (jit split)": lambda: split(jax.device_put(buffer, device)),
+            "make (device_put)": lambda: [jax.device_put(part.reshape(s), device)
+                                          for part, s in zip(np.split(buffer, sizes), shapes)]}
 
 
 def small_calls(ctx, comm, device):
@@ -212,6 +244,12 @@ def main(ctx):
             seconds["XLA global mesh"] = one_by_one(calls[label]["XLA global mesh"], repeats, comm)
             rows[label] = {"seconds": seconds,
                            "pack_seconds": pack_seconds(leaves, repeats, comm) if len(leaves) > 1 else 0.0}
+            if len(leaves) > 1:
+                parts = side_by_side(floor_parts(leaves, device), repeats, comm)
+                rows[label]["floor_parts"] = parts
+                rows[label]["floor_seconds"] = (seconds["mpi4py in-place"] + min(parts["gather (jit)"],
+                                                parts["gather (numpy)"]) + min(parts["make (jit split)"],
+                                                                               parts["make (device_put)"]))
             if ctx.is_main:
                 print(f"run {run + 1}/{runs} " + format_row(label, rows[label]["seconds"]), flush=True)
         timed = side_by_side(small_pairs, repeats_for(8, scale), comm)
@@ -228,10 +266,21 @@ def main(ctx):
                      "spread": {m: summary([s[m] for s in seconds]) for m in METHODS},
                      "pack_seconds": float(np.median(packs)),
                      "ratios": {"launcher / mpi4py": summary([s["launcher"] / s["mpi4py"] for s in seconds]),
+                                "jit step + allreduce / (jit step + in-place)": summary(
+                                    [s["jit step + allreduce"] / (s["jit step"] + s["mpi4py in-place"])
+                                     for s in seconds]),
                                 "launcher / mpi4py in-place": summary([s["launcher"] / s["mpi4py in-place"]
                                                                       for s in seconds]),
                                 "packed (+ pack in jit) / mpi4py": summary(
                                     [(s["launcher packed"] + p) / s["mpi4py"] for s, p in zip(seconds, packs)])}})
+    for row, (label, _, leaves) in zip(rows, cases):
+        if len(leaves) > 1:
+            floors = [run_rows[label]["floor_seconds"] for run_rows, _ in per_run]
+            row["floor_seconds"] = summary(floors)
+            row["floor_parts"] = {part: float(np.median([run_rows[label]["floor_parts"][part] for run_rows, _ in
+                                                         per_run])) for part in FLOOR_PARTS}
+            row["ratios"]["launcher / floor"] = summary([run_rows[label]["seconds"]["launcher"] / f
+                                                         for (run_rows, _), f in zip(per_run, floors)])
     small_rows = [{"op": op, "bytes": 8, "runs": runs,
                    "mpi4py": summary([t[op]["mpi4py"] for _, t in per_run]),
                    "launcher": summary([t[op]["launcher"] for _, t in per_run]),
@@ -242,7 +291,8 @@ def main(ctx):
               "load_average_1min": {"before": load_before, "after": load_after}, "cpus": os.cpu_count(),
               "jax": jax.__version__, "mpi4jax": mpi4jax.__version__,
               "mpi": MPI.Get_library_version().splitlines()[0]}
-    table = format_table(rows) + "\n\n" + format_small_table(small_rows) + "\n\n" + format_conditions(report)
+    table = (format_table(rows) + "\n\n" + format_jit_table(rows) + "\n\n" + format_floor_table(rows) + "\n\n"
+             + format_small_table(small_rows) + "\n\n" + format_conditions(report))
     if ctx.is_main:
         print(table, flush=True)
         atomic_write_bytes(ctx.run_dir / "bench.json", json.dumps(report, indent=2).encode())
@@ -270,17 +320,46 @@ def format_row(label, seconds):
     return f"{label}: " + ", ".join(f"{m} {human_time(t)}" for m, t in seconds.items())
 
 
+OUTSIDE = METHODS[:6]  # the main table's columns; the jit step's are in format_jit_table
+
+
 def format_table(rows):
-    header = ("| case | " + " | ".join(METHODS) + " | launcher / mpi4py | launcher / mpi4py in-place "
+    header = ("| case | " + " | ".join(OUTSIDE) + " | launcher / mpi4py | launcher / mpi4py in-place "
               "| packed (+ pack in jit) / mpi4py | per-leaf / launcher |")
-    lines = [header, "|" + "---|" * (len(METHODS) + 5)]
+    lines = [header, "|" + "---|" * (len(OUTSIDE) + 5)]
     for row in rows:
         t = row["seconds"]
-        lines.append(f"| {row['case']} | " + " | ".join(with_spread(row["spread"][m]) for m in METHODS)
+        lines.append(f"| {row['case']} | " + " | ".join(with_spread(row["spread"][m]) for m in OUTSIDE)
                      + " | " + " | ".join(with_spread(row["ratios"][r], ratio) for r in
                                           ("launcher / mpi4py", "launcher / mpi4py in-place",
                                            "packed (+ pack in jit) / mpi4py"))
                      + f" | {t['mpi4jax per-leaf'] / t['launcher']:.1f}x |")
+    return "\n".join(lines)
+
+
+def format_jit_table(rows):
+    lines = ["| case | jit step | jit step + allreduce | mpi4py in-place | with / (step + in-place) (target <= 1.25x) |",
+             "|---|---|---|---|---|"]
+    for row in rows:
+        lines.append(f"| {row['case']} | {with_spread(row['spread']['jit step'])} | "
+                     f"{with_spread(row['spread']['jit step + allreduce'])} | "
+                     f"{with_spread(row['spread']['mpi4py in-place'])} | "
+                     f"{with_spread(row['ratios']['jit step + allreduce / (jit step + in-place)'], ratio)} |")
+    return "\n".join(lines)
+
+
+def format_floor_table(rows):
+    lines = ["| case | in-place MPI | gather: jit / numpy | make: jit split / device_put | floor | launcher | "
+             "launcher / floor (target <= 1.25x) |", "|---|---|---|---|---|---|---|"]
+    for row in rows:
+        if "floor_seconds" not in row:
+            continue
+        p = row["floor_parts"]
+        lines.append(f"| {row['case']} | {human_time(row['seconds']['mpi4py in-place'])} | "
+                     f"{human_time(p['gather (jit)'])} / {human_time(p['gather (numpy)'])} | "
+                     f"{human_time(p['make (jit split)'])} / {human_time(p['make (device_put)'])} | "
+                     f"{with_spread(row['floor_seconds'])} | {with_spread(row['spread']['launcher'])} | "
+                     f"{with_spread(row['ratios']['launcher / floor'], ratio)} |")
     return "\n".join(lines)
 
 
@@ -306,7 +385,7 @@ def plot(rows, path, processes):
 
     singles = [r for r in rows if r["leaves"] == 1]
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for method in METHODS:
+    for method in OUTSIDE + ["jit step + allreduce"]:
         ax.loglog([r["bytes"] for r in singles], [r["seconds"][method] for r in singles], marker="o", label=method)
     ax.set_xlabel("message size (bytes)")
     ax.set_ylabel("time per allreduce (s)")

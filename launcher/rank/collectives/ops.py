@@ -12,8 +12,9 @@ How a leaf is read:
   any other way, such as a model-parallel weight) is this process's contribution: allreduce
   reduces over processes and returns the same kind of value, with the same sharding.
 
-mpi4jax cannot run inside pmap or a jit spanning several devices, so these functions must be
-called outside jit/pmap; inside, reduce the local devices with `jax.lax.psum` as usual.
+Inside the job's own `jax.jit` on a process with one device, allreduce, broadcast and allgather
+become part of the jitted computation (traced.py), with the same rules. Inside pmap, shard_map or a
+jit spanning several devices they refuse: reduce the local devices with `jax.lax.psum` there.
 Every process must call them in the same order with the same tree structure, shapes, dtypes and
 placements. They are not thread-safe: call them from one thread.
 """
@@ -27,6 +28,7 @@ from mpi4py import MPI
 from ..tracker import TRACKER
 from .device import _allreduce_device_leaves, _dependency, _fused_allgather, _fused_bcast
 from .host import _allreduce_host_leaves, _host_comm, _host_concat, _restore_host
+from . import traced
 from .leaves import (DEVICE_KINDS, HOST_KINDS, _MPI_OPS, _by_wire_dtype, _classify, _dtype_of, _home_device, _split,
                      _split_columns)
 from .staged import (_ArrayImpl, _allreduce_one_array, _allreduce_plan, _allreduce_staged, _broadcast_one_array,
@@ -52,6 +54,8 @@ def allreduce(tree, op: str = "sum"):
     leaves, treedef = jax.tree_util.tree_flatten(tree)
     if not leaves:
         return tree
+    if traced.is_traced(leaves):
+        return traced.allreduce(leaves, treedef, op)
     signature = _staged_signature(leaves)
     if signature is not None:
         return treedef.unflatten(_allreduce_staged(leaves, _allreduce_plan(signature, op), op))
@@ -78,6 +82,8 @@ def broadcast(tree, root: int = 0):
         if result is not None:
             return result
     leaves, treedef = jax.tree_util.tree_flatten(tree)
+    if traced.is_traced(leaves):
+        return traced.broadcast(leaves, treedef, root)
     signature = _staged_signature(leaves) if leaves else None
     if signature is not None:
         return treedef.unflatten(_broadcast_staged(leaves, _broadcast_plan(signature), root))
@@ -112,6 +118,8 @@ def allgather(tree):
     numpy arrays for numpy/Python inputs, and arrays on the first local device for jax inputs.
     """
     leaves, treedef = jax.tree_util.tree_flatten(tree)
+    if traced.is_traced(leaves):
+        return traced.allgather(leaves, treedef)
     kinds = [_classify(v, tree, i) for i, v in enumerate(leaves)]
     results = [None] * len(leaves)
     home = _home_device()

@@ -56,8 +56,10 @@ def _build_fast_primitive():
         axis = ctx.module_context.axis_context
         if not (isinstance(axis, sharding_impls.ShardingContext) and axis.num_devices == 1):
             raise NotImplementedError(
-                "the cross-process allreduce must run in a single-device computation: it makes one MPI "
-                "call per process. Reduce over local devices first (launcher.allreduce does).")
+                "launcher.allreduce inside a jit that spans several devices: the cross-process allreduce "
+                "makes one MPI call per process, so it runs only in a single-device computation. Inside "
+                "shard_map or pmap, reduce the local devices with jax.lax.psum and call launcher.allreduce "
+                "outside, on the result; or run one device per process (devices_per_process: 1)")
         (aval,) = ctx.avals_in
         token = hlo.create_token()
         with_token = ctx.replace(avals_in=(aval, abstract_token), avals_out=(*ctx.avals_out, abstract_token))
