@@ -32,18 +32,8 @@ def is_traced(leaves) -> bool:
     return any(isinstance(leaf, jax.core.Tracer) for leaf in leaves)
 
 
-def _named_axes() -> dict:
-    """The named axes being traced over (pmap, shard_map, vmap(axis_name=...)): {} in a plain jit."""
-    try:
-        from jax._src import core
-
-        return dict(core.get_axis_env().axis_sizes)
-    except (ImportError, AttributeError):  # JAX moved it: the lowering's own check still refuses
-        return {}
-
-
 def _refuse_named_axes(name: str) -> None:
-    axes = _named_axes()
+    axes = transport.named_axes()
     if axes:
         listing = ", ".join(f"{axis!r} ({size})" for axis, size in axes.items())
         raise ValueError(f"launcher.{name} inside a transformation over the named axis {listing}: it makes one "

@@ -100,6 +100,18 @@ except (ImportError, AttributeError):  # mpi4jax or JAX internals moved: take th
 FAST_PATH = _FAST is not None
 
 
+def named_axes() -> dict:
+    """The named axes being traced over (pmap, shard_map, vmap(axis_name=...)): {} in a plain jit
+    (traced.py refuses a collective there). JAX keeps them in an internal; if it moved, {} (a jit
+    over several devices is still refused by the lowering below)."""
+    try:
+        from jax._src import core
+
+        return dict(core.get_axis_env().axis_sizes)
+    except (ImportError, AttributeError):
+        return {}
+
+
 def fast_path_for(device) -> bool:
     """The fast path is registered for CPU; other platforms use mpi4jax's public op (and its
     CUDA/XPU bridge, when mpi4jax was built with one)."""
