@@ -184,6 +184,15 @@ def _mpi4jax_check(env: Mapping[str, str], started: Started, gpu_driver: str | N
     return Check("mpi4jax", status, "; ".join(parts), "; ".join(fixes))
 
 
+def _transport_checks(env, mpirun, gpu_driver, mpi4py_run: Started, mpi4jax_run: Started, spec) -> list[Check]:
+    """The CUDA-aware MPI probe (GPU nodes) and the NCCL launch mode: launcher/transport_doctor.py."""
+    from .transport_doctor import transport_checks
+
+    mpi4jax = mpi4jax_run.outcome().json() or {}
+    library = ((mpi4py_run.outcome().json() or {}).get("library") or "").splitlines()[:1]
+    return transport_checks(env, mpirun, gpu_driver, bool(mpi4jax.get("cuda")), library[0] if library else "", spec)
+
+
 def _jax_check(started: Started, gpu_driver: str | None) -> Check:
     outcome = started.outcome()
     probe = outcome.json() if outcome.returncode == 0 else None
@@ -363,6 +372,7 @@ def run_checks(env: Mapping[str, str] = os.environ, spec=None) -> list[Check]:
     container_answer, container_probe = _start_container_probes(spec, env) if contained else (None, None)
 
     mpi = _mpi_checks(mpirun, mpirun_error, mpirun_run, mpi4py_run)
+    transport = _transport_checks(env, mpirun, gpu_driver, mpi4py_run, mpi4jax_run, spec)
     mpirun_text = None
     if mpirun_run is not None:
         outcome = mpirun_run.outcome()  # already collected by _mpi_checks: the same answer
@@ -373,6 +383,7 @@ def run_checks(env: Mapping[str, str] = os.environ, spec=None) -> list[Check]:
         *mpi,
         _mpi4jax_check(env, mpi4jax_run, gpu_driver),
         _jax_check(jax_run, gpu_driver),
+        *transport,
         *(check for collect in backend_checks for check in collect()),
         _run_root_check(Path.cwd()),
         *(_container_checks(spec, env, container_answer, container_probe, mpirun_text) if contained

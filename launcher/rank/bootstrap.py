@@ -175,6 +175,10 @@ def main() -> None:
                             node_index=node_index, num_nodes=num_nodes)
 
         os.environ.update(setup_devices(spec, topology, os.environ))
+        if spec.platform == "gpu":  # MPI reads GPU memory only where doctor's probe said it can
+            from .topology import cuda_mpi_environment
+
+            os.environ.update(cuda_mpi_environment(os.environ, MPI.Get_library_version().splitlines()[0]))
         from . import compile_cache
 
         # JAX's persistent cache, shared by the job's attempts: set before JAX is imported.

@@ -132,6 +132,35 @@ def device_environment(platform: str, devices_per_process: int, local_rank: int,
     return gpu
 
 
+# --- mpi4jax and CUDA-aware MPI (launcher/transport_doctor.py probes it) ----------------------
+
+USE_CUDA_MPI = "MPI4JAX_USE_CUDA_MPI"
+
+
+def cuda_aware_record(env: Mapping[str, str]):
+    """Where `jaxlaunch doctor` keeps its CUDA-aware-MPI verdicts, per MPI library."""
+    from pathlib import Path
+
+    return Path(env.get("JAXLAUNCH_HOME", "~/.jaxlaunch")).expanduser() / "cuda-aware-mpi.json"
+
+
+def cuda_mpi_environment(env: Mapping[str, str], library: str, record: dict | None = None) -> dict[str, str]:
+    """For a GPU rank, before mpi4jax is imported: {MPI4JAX_USE_CUDA_MPI: "1"} when doctor's probe
+    found this MPI library CUDA-aware and neither the job nor the environment sets it; else {}
+    (mpi4jax then copies GPU buffers through host memory: slower, never a crash)."""
+    import json
+
+    if USE_CUDA_MPI in env:
+        return {}
+    if record is None:
+        try:
+            record = json.loads(cuda_aware_record(env).read_text())
+        except (OSError, ValueError):
+            return {}
+    entry = record.get(library) if isinstance(record, dict) else None
+    return {USE_CUDA_MPI: "1"} if isinstance(entry, dict) and entry.get("cuda_aware") is True else {}
+
+
 # What JAX needs for JAX_PLATFORMS=cuda: a GPU (the driver's device files) and a CUDA plugin.
 CUDA_PLUGINS = ("jax-cuda13-plugin", "jax-cuda12-plugin")
 GPU_FIX = "run on a GPU node, install JAX's CUDA build there (pip install 'jax[cuda12]'), or set platform: cpu"

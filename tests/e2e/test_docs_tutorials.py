@@ -14,7 +14,7 @@ from doc_pages import LOCAL_PAGES, check_output_snippet, console_commands, run_p
 # Run like LOCAL_PAGES, with what each must print; a file such a page shows under a plain name
 # (```python title="handler.py"```) is written by one of its commands, and must be what the page shows.
 HOW_TO_PAGES = {
-    "how-to/existing-programs.md": ["integral of u", "11 passed", "exit code 5", "FAILED test_allreduce.py",
+    "how-to/existing-programs.md": ["integral of u", "12 passed", "exit code 5", "FAILED test_allreduce.py",
                                     "this call does nothing", "stopped with exit code 75", "identical",
                                     "notice: saving at step", "ctx.rank 3 of 4", "TIMEOUT", "exit code 124"],
 }

@@ -92,7 +92,8 @@ def test_benchmark_job_runs_and_writes_table_json_and_plot(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     report = json.loads((tmp_path / "run" / "bench.json").read_text())
     assert [row["case"] for row in report["rows"]] == ["8 B", "4096 B", "10-leaf tree, 0 MiB"]
-    methods = {"mpi4py", "mpi4py in-place", "mpi4jax per-leaf", "launcher", "launcher packed", "XLA global mesh"}
+    methods = {"mpi4py", "mpi4py in-place", "mpi4jax per-leaf", "launcher", "launcher packed", "XLA global mesh",
+               "jit step", "jit step + allreduce"}
     for row in report["rows"]:
         assert set(row["seconds"]) == set(row["spread"]) == methods and row["runs"] == 2
         assert all(0 < t < 60 for t in row["seconds"].values()) and row["pack_seconds"] >= 0
@@ -103,6 +104,11 @@ def test_benchmark_job_runs_and_writes_table_json_and_plot(tmp_path):
     output = result.stdout + result.stderr
     assert "| case | mpi4py | mpi4py in-place | mpi4jax per-leaf | launcher | launcher packed | XLA global mesh |" in output
     assert "| should_stop() |" in output and "2 runs (median of run medians, min-max in brackets)" in output
+    assert "| case | jit step | jit step + allreduce | mpi4py in-place |" in output  # inside the step's jit
+    tree = report["rows"][-1]
+    assert tree["floor_seconds"]["median"] > 0 and set(tree["floor_parts"]) == {
+        "gather (jit)", "gather (numpy)", "make (jit split)", "make (device_put)"}
+    assert "| 10-leaf tree, 0 MiB |" in output.split("launcher / floor (target <= 1.25x)")[1]
 
 
 def test_a_benchmark_without_matplotlib_says_so_first_and_keeps_its_table(tmp_path):

@@ -188,16 +188,19 @@ def test_inside_pmap_the_collectives_refuse_and_name_psum():
 
 
 def step_tree(rank):
-    """A 100-leaf gradient tree of mixed sizes, a bfloat16 and a bool leaf, on the first device."""
-    return {"w": [jnp.full((i % 7 + 1, 3), float(rank + i)) for i in range(100)],
+    """A gradient tree of 24 leaves of mixed sizes, a bfloat16 and a bool leaf, on the first device."""
+    return {"w": [jnp.full((i % 7 + 1, 3), float(rank + i)) for i in range(24)],
             "half": jnp.array([rank, 0.5], jnp.bfloat16), "flag": jnp.array(rank > 0), "count": rank}
 
 
-@pytest.mark.parametrize("op", ["sum", "mean", "max", "min"])
-def test_inside_jit_the_allreduce_equals_the_one_outside_bit_for_bit(world, op, transport_path):
-    """Issue 35: the exchange inside the job's jitted step, with the same semantics as outside."""
-    if transport_path == "staged":
-        pytest.skip("inside jit there is no staged path")
+@pytest.mark.parametrize("op, path", [("sum", "fast"), ("mean", "fast"), ("max", "fast"), ("min", "fast"),
+                                      ("sum", "ordered"), ("mean", "ordered")])
+def test_inside_jit_the_allreduce_equals_the_one_outside_bit_for_bit(world, op, path, monkeypatch):
+    """Issue 35: the exchange inside the job's jitted step, with the same semantics as outside,
+    through mpi4jax's FFI target (fast) or its public ordered op."""
+    from launcher.rank.collectives import transport
+    if path == "ordered":
+        monkeypatch.setattr(transport, "FAST_PATH", False)
     rank, _ = world
     tree = step_tree(rank)
     inside = jax.jit(lambda t: launcher.allreduce(t, op=op))(tree)
