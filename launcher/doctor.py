@@ -189,8 +189,8 @@ def _transport_checks(env, mpirun, gpu_driver, mpi4py_run: Started, mpi4jax_run:
     from .transport_doctor import transport_checks
 
     mpi4jax = mpi4jax_run.outcome().json() or {}
-    library = ((mpi4py_run.outcome().json() or {}).get("library") or "").splitlines()[:1]
-    return transport_checks(env, mpirun, gpu_driver, bool(mpi4jax.get("cuda")), library[0] if library else "", spec)
+    library = (mpi4py_run.outcome().json() or {}).get("library") or ""
+    return transport_checks(env, mpirun, gpu_driver, bool(mpi4jax.get("cuda")), library, spec)
 
 
 def _jax_check(started: Started, gpu_driver: str | None) -> Check:

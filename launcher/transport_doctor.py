@@ -25,7 +25,7 @@ from typing import Mapping
 
 from .checks import FAIL, OK, WARN, Check, Outcome, Started
 
-from .rank.topology import USE_CUDA_MPI, cuda_aware_record
+from .rank.topology import USE_CUDA_MPI, cuda_aware_record, mpi_library_key
 
 CUDA_AWARE_TIMEOUT = 90.0
 
@@ -94,6 +94,7 @@ def cuda_aware_verdict(outcome: Outcome, user_setting: str | None) -> tuple[Chec
 
 def save_verdict(env: Mapping[str, str], library: str, cuda_aware: bool | None) -> None:
     """Keep the probe's verdict for this MPI library (0600, in JAXLAUNCH_HOME)."""
+    library = mpi_library_key(library)
     if cuda_aware is None or not library:
         return
     path = cuda_aware_record(env)

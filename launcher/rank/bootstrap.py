@@ -178,7 +178,7 @@ def main() -> None:
         if spec.platform == "gpu":  # MPI reads GPU memory only where doctor's probe said it can
             from .topology import cuda_mpi_environment
 
-            os.environ.update(cuda_mpi_environment(os.environ, MPI.Get_library_version().splitlines()[0]))
+            os.environ.update(cuda_mpi_environment(os.environ, MPI.Get_library_version()))
         from . import compile_cache
 
         # JAX's persistent cache, shared by the job's attempts: set before JAX is imported.

@@ -33,6 +33,33 @@ def _version(package: str) -> str:
         return "missing"
 
 
+NVIDIA_GPUS = "/proc/driver/nvidia/gpus"
+
+
+def gpu_identities(visible: list[str], info_dir: str = NVIDIA_GPUS, order: str | None = None) -> list[str]:
+    """Each CUDA_VISIBLE_DEVICES entry as the GPU's UUID where the driver's files tell (an index is
+    resolved by PCI bus order, which is CUDA's when CUDA_DEVICE_ORDER=PCI_BUS_ID or every GPU of the
+    node is the same model); otherwise the entry as written."""
+    import glob
+
+    order = os.environ.get("CUDA_DEVICE_ORDER", "") if order is None else order
+    gpus = []
+    for path in glob.glob(os.path.join(info_dir, "*", "information")):
+        try:
+            fields = dict(line.split(":", 1) for line in open(path).read().splitlines() if ":" in line)
+        except OSError:
+            continue
+        fields = {k.strip(): v.strip() for k, v in fields.items()}
+        if fields.get("GPU UUID"):
+            gpus.append((fields.get("Bus Location", os.path.basename(os.path.dirname(path))),
+                         fields["GPU UUID"], fields.get("Model", "")))
+    gpus.sort()
+    by_index = {str(i): uuid for i, (_, uuid, _) in enumerate(gpus)}
+    if order != "PCI_BUS_ID" and len({model for _, _, model in gpus}) > 1:
+        by_index = {}  # CUDA's default order (fastest first) may differ from the bus order
+    return [by_index.get(entry, entry) for entry in visible]
+
+
 def local_report(rank: int, devices, mpi_library: str, platform: str | None = None) -> dict:
     """What this rank runs with: host, interpreter, package versions, MPI, devices. `devices` is
     None before a script or module has started JAX (it may start jax.distributed itself): then
@@ -49,8 +76,11 @@ def local_report(rank: int, devices, mpi_library: str, platform: str | None = No
         # "Open MPI v5.0.11, package: ..., ident: ..., repo rev: ...": the name and version suffice
         "mpi_library": mpi_library.splitlines()[0].strip().rstrip("\x00").split(",")[0] if mpi_library else "",
         "platform": platform, "device_count": len(devices),
-        # Physical GPUs this rank may use (CUDA_VISIBLE_DEVICES ids), for the duplicate-binding check.
-        "gpus": [g for g in visible.split(",") if g.strip()],
+        # Physical GPUs this rank may use (CUDA_VISIBLE_DEVICES ids, shown), and the same as UUIDs where
+        # the driver says which is which (for the duplicate-binding check: "0" and "GPU-5e08..." can
+        # be one GPU; seen on an H100, 2026-11-26).
+        "gpus": [g.strip() for g in visible.split(",") if g.strip()],
+        "gpu_ids": gpu_identities([g.strip() for g in visible.split(",") if g.strip()]),
         "device_ids": [int(getattr(d, "id", i)) for i, d in enumerate(devices)],
     }
 
@@ -80,11 +110,15 @@ def compare(reports: list[dict], expected_devices: int | None, host_version: str
                         f"devices than devices_per_process={expected_devices}")
     by_host: dict[str, dict[str, int]] = {}
     for report in reports:
-        for gpu in report.get("gpus", []):
+        shown = report.get("gpus", [])
+        for position, gpu in enumerate(report.get("gpu_ids") or shown):
             owner = by_host.setdefault(report["host"], {}).get(gpu)
+            name = shown[position] if position < len(shown) else gpu
             if owner is not None:
-                problems.append(f"GPU {gpu} on {report['host']} is bound to rank {owner} and rank {report['rank']}: "
-                                f"two ranks would share one GPU (check CUDA_VISIBLE_DEVICES and the binding)")
+                also = "" if name == gpu else f" ({gpu})"
+                problems.append(f"GPU {name}{also} on {report['host']} is bound to rank {owner} and rank "
+                                f"{report['rank']}: two ranks would share one GPU (check CUDA_VISIBLE_DEVICES and "
+                                f"the binding)")
             else:
                 by_host[report["host"]][gpu] = report["rank"]
     return problems

@@ -144,6 +144,12 @@ def cuda_aware_record(env: Mapping[str, str]):
     return Path(env.get("JAXLAUNCH_HOME", "~/.jaxlaunch")).expanduser() / "cuda-aware-mpi.json"
 
 
+def mpi_library_key(version: str) -> str:
+    """The first line of MPI_Get_library_version, without the NUL Open MPI ends it with: the key a
+    verdict is kept under (doctor and the ranks read the same library)."""
+    return (version or "").splitlines()[0].strip().rstrip("\x00").strip() if version else ""
+
+
 def cuda_mpi_environment(env: Mapping[str, str], library: str, record: dict | None = None) -> dict[str, str]:
     """For a GPU rank, before mpi4jax is imported: {MPI4JAX_USE_CUDA_MPI: "1"} when doctor's probe
     found this MPI library CUDA-aware and neither the job nor the environment sets it; else {}
@@ -157,7 +163,7 @@ def cuda_mpi_environment(env: Mapping[str, str], library: str, record: dict | No
             record = json.loads(cuda_aware_record(env).read_text())
         except (OSError, ValueError):
             return {}
-    entry = record.get(library) if isinstance(record, dict) else None
+    entry = record.get(mpi_library_key(library)) if isinstance(record, dict) else None
     return {USE_CUDA_MPI: "1"} if isinstance(entry, dict) and entry.get("cuda_aware") is True else {}
 
 

@@ -62,6 +62,11 @@ def test_a_gpu_rank_sets_cuda_mpi_only_where_the_probe_passed(tmp_path):
     save_verdict(env, LIBRARY, None)  # an unknown verdict changes nothing
     assert cuda_mpi_environment(env, LIBRARY) == {"MPI4JAX_USE_CUDA_MPI": "1"}
     assert (tmp_path / "home" / "cuda-aware-mpi.json").stat().st_mode & 0o777 == 0o600
+    # What MPI_Get_library_version gave on the H100: several lines, the first ending in a NUL.
+    raw = LIBRARY + "\x00\nconfigured by ...\n"
+    assert cuda_mpi_environment(env, raw) == {"MPI4JAX_USE_CUDA_MPI": "1"}
+    save_verdict(env, "MPICH 4.2\x00", True)
+    assert cuda_mpi_environment(env, "MPICH 4.2") == {"MPI4JAX_USE_CUDA_MPI": "1"}
 
 
 @pytest.mark.parametrize("devices, env, expected", [
