@@ -9,6 +9,8 @@ import sys
 
 import click
 
+from . import __version__
+
 from .errors import JaxlaunchError
 
 
@@ -90,7 +92,7 @@ class _ProgramCommand(click.Command):
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="jaxlaunch")
+@click.version_option(version=__version__, prog_name="jaxlaunch")  # also from a checkout that pip never installed
 def main():
     """Run a JAX job spec locally under mpirun, or on Slurm."""
 
