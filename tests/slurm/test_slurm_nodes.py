@@ -63,7 +63,10 @@ def hostnames(slurm_cluster, nodelist) -> list[str]:
     return slurm_cluster.run("scontrol", "show", "hostnames", nodelist).stdout.split()
 
 
-@pytest.mark.parametrize("launch", ["srun", "mpirun"])
+# srun only (40 s a run): mpirun's side of a node failure (its step failing, the node found lost, the
+# ranks started again on named nodes) is the spare-node test's [mpirun], and the requeue after it does
+# not depend on the launcher.
+@pytest.mark.parametrize("launch", ["srun"])
 def test_a_node_failed_mid_job_is_left_behind_and_the_job_completes(slurm_env, slurm_cluster, tmp_path, reference,
                                                                     launch):
     run_dir = tmp_path / "run"
