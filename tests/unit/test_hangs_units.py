@@ -138,6 +138,20 @@ def test_nobody_is_blamed_when_every_rank_waits_at_one_place_or_none_waits():
     assert rollcall.culprit_nodes(roll) == {}
 
 
+def test_the_roll_call_takes_the_largest_waiting_group_and_on_a_tie_the_one_with_the_lowest_rank():
+    """Issue 33's review: the planted bug 'take the smallest waiting group' went unnoticed."""
+    states = [state(0, "barrier", "/a/t.py:9 in main", "launcher.barrier"),
+              *(state(r, "xla", "/a/t.py:5 in main", "step") for r in (1, 2, 3)),
+              state(4, "own", "/a/loader.py:41 in read_batch", "time.sleep")]
+    roll = rollcall.roll_call(5, states)
+    assert roll["waiting"]["kind"] == "xla" and roll["waiting"]["ranks"] == [1, 2, 3]
+    assert [c["rank"] for c in roll["culprits"]] == [0, 4]
+    tie = [state(0, "own", "/a/t.py:2 in main"), state(1, "barrier", "/a/t.py:9 in main", "launcher.barrier"),
+           state(2, "xla", "/a/t.py:5 in main", "step")]
+    roll = rollcall.roll_call(3, tie)
+    assert roll["waiting"]["ranks"] == [1] and [c["rank"] for c in roll["culprits"]] == [0, 2]
+
+
 def test_the_roll_call_reads_a_rank_state_without_a_place_from_its_collective():
     old = {"rank": 0, "host": "n0", "where": "/a/t.py:3 in main", "waiting_in": {"seq": 2, "name": "allreduce"}}
     roll = rollcall.roll_call(2, [old, state(1, "own", "/a/t.py:7 in main")])
