@@ -85,6 +85,18 @@ def test_a_node_lost_under_the_job_is_replaced_by_a_spare_without_a_requeue(fake
     assert "1 spare-node swap inside the allocation (no requeue): node2 -> node3 (node failure)" in job.status_notes()
 
 
+def test_a_replaced_node_still_down_is_not_lost_again_when_a_later_attempt_fails(fake_launcher, tmp_path, slurm,
+                                                                                three_nodes):
+    """After the swap the attempt runs on node1 and node3; node2 stays DOWN. When that attempt fails
+    for its own reason, it is a restart (max_restarts), not another node failure."""
+    spec, run = slurm_run(tmp_path, spare_nodes=1)
+    spec = spec.replace(max_restarts=1)
+    three_nodes["node2"] = "State=DOWN"
+    outcome = supervisor(fake_launcher, spec, run, "fail", allocation=SlurmAllocation("7")).supervise()
+    assert (outcome.state, outcome.attempts, outcome.restarts) == ("FAILED", 3, 1) and slurm.requeued == []
+    assert len(status(run)["spare_swaps"]) == 1
+
+
 def test_once_the_spares_are_spent_the_job_requeues_without_every_bad_node(fake_launcher, tmp_path, slurm,
                                                                         three_nodes, monkeypatch):
     spec, run = slurm_run(tmp_path, spare_nodes=1)

@@ -68,7 +68,9 @@ class SlurmAllocation(Allocation):
         allocated = nodes.allocated_nodes()
         if not spec.slurm.spare_nodes or len(allocated) <= spec.nodes:
             return argv
-        self.in_use = spares.chosen(allocated, run.status().replaced_nodes or {}, spec.nodes) or allocated
+        self.in_use = spares.chosen(allocated, run.status().replaced_nodes or {}, spec.nodes)
+        if self.in_use is None:  # too few usable nodes (swap_in_spares said so first): launch as rendered
+            return argv
         return spares.pin(argv, self.in_use, spec.processes_per_node)
 
     def _left_out(self, run, bad, allocated) -> dict[str, str]:
