@@ -61,6 +61,8 @@ test-slurm: setup
 test-mpi: setup
 	XLA_FLAGS=--xla_force_host_platform_device_count=2 $(PYTHON) -m pytest --with-mpi -p no:cacheprovider tests/mpi
 	$(VENV)/bin/jaxlaunch run tests/mpi/tier.yaml
+	$(VENV)/bin/jaxlaunch run tests/mpi/tier_xla.yaml
+	$(VENV)/bin/jaxlaunch run tests/mpi/tier_xla.yaml --set processes_per_node=1
 
 # Not part of `make test`: a preemption of 16 ranks on 8 nodes resumes bit-identically, both launch modes.
 test-scale: setup

@@ -12,9 +12,13 @@ Methods (float32 sum across processes, one device per process):
                     there is measured apart (row field `pack_seconds`) and counted in the ratio.
   XLA global mesh   an XLA collective over a mesh of every device of every process (jax.distributed;
                     gloo on CPU): a psum inside one jit, no launcher code involved
+  launcher (xla)    launcher.allreduce with `transport: xla`: the same call over XLA's collectives
+                    instead of mpi4jax (the spec's transport key; here switched per call)
 Inside jit (issue 35), for every case: `jit step` is a jitted stand-in for a gradient step that makes
 the tree (x * 2 per leaf), `jit step + allreduce` the same jit that also calls launcher.allreduce on
-its result. Its target: at most 1.25x (jit step + mpi4py in-place).
+its result. Its target: at most 1.25x (jit step + mpi4py in-place). `jit step + psum (XLA)` is the
+same step written for XLA's collectives: one jit over the global mesh, a psum of its result inside
+shard_map (no launcher code), the in-jit figure of the XLA transport.
 The floor of an allreduce outside jit of a tree of separate arrays (measured in the same run, for
 trees): the in-place MPI call, plus gathering the leaves into one buffer (the cheaper of a jitted
 concatenate and NumPy's), plus making the result arrays (the cheaper of one jitted split of a
@@ -23,7 +27,7 @@ Then 8-byte calls of every launcher collective against the raw mpi4py call it ma
 broadcast and ctx.should_stop().
 
 Method: warm-up (and compilation) excluded; the methods take turns in 5 interleaved blocks (the
-first method rotates; the XLA global mesh is timed apart, after them); every call starts after an
+first method rotates; the XLA methods are timed apart, after them); every call starts after an
 MPI barrier and ends with block_until_ready; each call's result is kept until the next call
 replaces it, as a training loop's `grads = allreduce(...)` keeps it (a result dropped at once gives
 its memory straight back to the next call, which flatters whoever allocates per call); a call's
@@ -46,12 +50,14 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from mpi4py import MPI
 
 import launcher
+from launcher.rank.collectives import choice
 from launcher.rundir import atomic_write_bytes
 
 METHODS = ["mpi4py", "mpi4py in-place", "mpi4jax per-leaf", "launcher", "launcher packed", "XLA global mesh",
-           "jit step", "jit step + allreduce"]
+           "launcher (xla)", "jit step", "jit step + allreduce", "jit step + psum (XLA)"]
+XLA_METHODS = ["XLA global mesh", "launcher (xla)", "jit step + psum (XLA)"]  # gloo: timed apart, after the rest
 FLOOR_PARTS = ["gather (jit)", "gather (numpy)", "make (jit split)", "make (device_put)"]
-SMALL_OPS = ["allreduce", "broadcast", "should_stop"]  # 8-byte calls: raw mpi4py vs launcher
+SMALL_OPS = ["allreduce", "broadcast", "should_stop"]  # 8-byte calls: raw mpi4py vs launcher (and over XLA)
 WARMUP = 3
 BLOCKS = 5  # interleaved blocks per measurement (see side_by_side)
 
@@ -123,14 +129,29 @@ def make_methods(comm, mpi4jax_comm, global_mesh):
         flat = jax.jit(launcher.TreePacker(leaves).pack)(leaves)  # in a job: inside its gradient jit
         return lambda: launcher.allreduce(flat)
 
-    def distributed_method(leaves):
+    def global_arrays(leaves):
         size = comm.Get_size()
-        globals_ = [jax.make_array_from_single_device_arrays((size * x.shape[0],) + x.shape[1:], sharding, [x])
-                    for x in leaves]
+        return [jax.make_array_from_single_device_arrays((size * x.shape[0],) + x.shape[1:], sharding, [x])
+                for x in leaves]
+
+    def distributed_method(leaves):
+        globals_ = global_arrays(leaves)
         return lambda: psum(globals_)
+
+    def launcher_xla_method(leaves):
+        def call():
+            with choice.using("xla"):
+                return launcher.allreduce(leaves)
+        return call
 
     step = jax.jit(lambda t: [x * 2 for x in t])
     step_exchange = jax.jit(lambda t: launcher.allreduce([x * 2 for x in t]))
+    step_psum = jax.jit(jax.shard_map(lambda xs: [jax.lax.psum(x * 2, "p") for x in xs], mesh=global_mesh,
+                                      in_specs=spec, out_specs=spec))
+
+    def step_psum_method(leaves):
+        globals_ = global_arrays(leaves)
+        return lambda: step_psum(globals_)
 
     def step_method(leaves):
         return lambda: step(leaves)
@@ -139,7 +160,8 @@ def make_methods(comm, mpi4jax_comm, global_mesh):
         return lambda: step_exchange(leaves)
 
     return dict(zip(METHODS, [mpi4py_method, in_place_method, per_leaf_method, launcher_method, packed_method,
-                              distributed_method, step_method, step_exchange_method]))
+                              distributed_method, launcher_xla_method, step_method, step_exchange_method,
+                              step_psum_method]))
 
 
 def floor_parts(leaves, device):
@@ -166,6 +188,18 @@ def small_calls(ctx, comm, device):
             "should_stop": (lambda: comm.Allreduce(flag, agreed, op=MPI.BOR), ctx.should_stop)}
 
 
+def small_xla_calls(device):
+    """{op: launcher call over XLA's collectives} for the same 8-byte messages (timed apart)."""
+    value = jax.device_put(jnp.ones(2, jnp.float32), device)
+
+    def over_xla(collective):
+        def call():
+            with choice.using("xla"):
+                return collective(value)
+        return call
+    return {"allreduce": over_xla(launcher.allreduce), "broadcast": over_xla(launcher.broadcast)}
+
+
 def pack_seconds(leaves, repeats, comm):
     """What packing adds to a jitted function that produces the tree (a gradient step), plus what
     unpacking adds to one that consumes it (the update): the difference of medians, with and without."""
@@ -187,6 +221,10 @@ def check_results(leaves, comm, mpi4jax_comm, global_mesh):
     expected = [np.asarray(x) * size for x in leaves]  # every rank contributes the same values here
     fused = launcher.allreduce(leaves)
     for got, want in zip(fused, expected):
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5)
+    with choice.using("xla"):
+        over_xla = launcher.allreduce(leaves)
+    for got, want in zip(over_xla, expected):
         np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5)
     packer = launcher.TreePacker(leaves)
     unpacked = jax.jit(packer.unpack)(launcher.allreduce(jax.jit(packer.pack)(leaves)))
@@ -232,6 +270,7 @@ def main(ctx):
         check_results(leaves, comm, mpi4jax_comm, global_mesh)
     calls = {label: {name: make(leaves) for name, make in methods.items()} for label, _, leaves in cases}
     small = small_calls(ctx, comm, device)
+    small_xla = small_xla_calls(device)
     small_pairs = {f"{op} {side}": call for op, pair in small.items() for side, call in zip(("mpi4py", "launcher"), pair)}
 
     per_run = []  # per run: {case: {"seconds": {...}, "pack_seconds": s}}, {op: {"mpi4py": s, "launcher": s}}
@@ -239,9 +278,10 @@ def main(ctx):
         rows = {}
         for label, nbytes, leaves in cases:
             repeats = repeats_for(nbytes, scale)
-            interleaved = {name: call for name, call in calls[label].items() if name != "XLA global mesh"}
+            interleaved = {name: call for name, call in calls[label].items() if name not in XLA_METHODS}
             seconds = side_by_side(interleaved, repeats, comm)
-            seconds["XLA global mesh"] = one_by_one(calls[label]["XLA global mesh"], repeats, comm)
+            for name in XLA_METHODS:
+                seconds[name] = one_by_one(calls[label][name], repeats, comm)
             rows[label] = {"seconds": seconds,
                            "pack_seconds": pack_seconds(leaves, repeats, comm) if len(leaves) > 1 else 0.0}
             if len(leaves) > 1:
@@ -253,7 +293,10 @@ def main(ctx):
             if ctx.is_main:
                 print(f"run {run + 1}/{runs} " + format_row(label, rows[label]["seconds"]), flush=True)
         timed = side_by_side(small_pairs, repeats_for(8, scale), comm)
-        per_run.append((rows, {op: {side: timed[f"{op} {side}"] for side in ("mpi4py", "launcher")} for op in small}))
+        for op, call in small_xla.items():
+            timed[f"{op} launcher (xla)"] = one_by_one(call, repeats_for(8, scale), comm)
+        per_run.append((rows, {op: {side: timed[f"{op} {side}"] for side in ("mpi4py", "launcher", "launcher (xla)")
+                                    if f"{op} {side}" in timed} for op in small}))
 
     rows = []
     for label, nbytes, leaves in cases:
@@ -271,6 +314,8 @@ def main(ctx):
                                      for s in seconds]),
                                 "launcher / mpi4py in-place": summary([s["launcher"] / s["mpi4py in-place"]
                                                                       for s in seconds]),
+                                "launcher (xla) / launcher": summary([s["launcher (xla)"] / s["launcher"]
+                                                                     for s in seconds]),
                                 "packed (+ pack in jit) / mpi4py": summary(
                                     [(s["launcher packed"] + p) / s["mpi4py"] for s, p in zip(seconds, packs)])}})
     for row, (label, _, leaves) in zip(rows, cases):
@@ -284,6 +329,8 @@ def main(ctx):
     small_rows = [{"op": op, "bytes": 8, "runs": runs,
                    "mpi4py": summary([t[op]["mpi4py"] for _, t in per_run]),
                    "launcher": summary([t[op]["launcher"] for _, t in per_run]),
+                   **({"launcher (xla)": summary([t[op]["launcher (xla)"] for _, t in per_run])}
+                      if op in small_xla else {}),
                    "per_run": [t[op] for _, t in per_run]} for op in small]
     load_after = os.getloadavg()[0]
     report = {"processes": ctx.size, "devices_per_process": ctx.num_local_devices, "methods": METHODS,
@@ -292,7 +339,8 @@ def main(ctx):
               "jax": jax.__version__, "mpi4jax": mpi4jax.__version__,
               "mpi": MPI.Get_library_version().splitlines()[0]}
     table = (format_table(rows) + "\n\n" + format_jit_table(rows) + "\n\n" + format_floor_table(rows) + "\n\n"
-             + format_small_table(small_rows) + "\n\n" + format_conditions(report))
+             + format_small_table(small_rows) + "\n\n" + format_transport_table(rows, small_rows) + "\n\n"
+             + format_conditions(report))
     if ctx.is_main:
         print(table, flush=True)
         atomic_write_bytes(ctx.run_dir / "bench.json", json.dumps(report, indent=2).encode())
@@ -320,7 +368,7 @@ def format_row(label, seconds):
     return f"{label}: " + ", ".join(f"{m} {human_time(t)}" for m, t in seconds.items())
 
 
-OUTSIDE = METHODS[:6]  # the main table's columns; the jit step's are in format_jit_table
+OUTSIDE = METHODS[:7]  # the main table's columns; the jit step's are in format_jit_table
 
 
 def format_table(rows):
@@ -364,10 +412,29 @@ def format_floor_table(rows):
 
 
 def format_small_table(small_rows):
-    lines = ["| 8 B call | mpi4py | launcher |", "|---|---|---|"]
+    lines = ["| 8 B call | mpi4py | launcher | launcher / mpi4py (target <= 5x) | launcher (xla) |",
+             "|---|---|---|---|---|"]
     names = {"allreduce": "allreduce", "broadcast": "broadcast", "should_stop": "should_stop()"}
     for row in small_rows:
-        lines.append(f"| {names[row['op']]} | {with_spread(row['mpi4py'])} | {with_spread(row['launcher'])} |")
+        xla = with_spread(row["launcher (xla)"]) if "launcher (xla)" in row else "-"
+        lines.append(f"| {names[row['op']]} | {with_spread(row['mpi4py'])} | {with_spread(row['launcher'])} | "
+                     f"{row['launcher']['median'] / row['mpi4py']['median']:.1f}x | {xla} |")
+    return "\n".join(lines)
+
+
+def format_transport_table(rows, small_rows):
+    """The two transports and raw MPI side by side: outside jit (launcher's call over mpi4jax and over
+    XLA, and XLA's psum by hand) and inside the step's jit (mpi4jax in a one-device jit; XLA in a jit
+    over the global mesh)."""
+    lines = ["| case | raw mpi4py | launcher over mpi4jax | launcher over XLA | XLA psum by hand | "
+             "in jit: step + launcher (mpi4jax) | in jit: step + psum (XLA) | XLA / mpi4jax (launcher) |",
+             "|---|---|---|---|---|---|---|---|"]
+    for row in rows:
+        sp = row["spread"]
+        lines.append(f"| {row['case']} | {with_spread(sp['mpi4py'])} | {with_spread(sp['launcher'])} | "
+                     f"{with_spread(sp['launcher (xla)'])} | {with_spread(sp['XLA global mesh'])} | "
+                     f"{with_spread(sp['jit step + allreduce'])} | {with_spread(sp['jit step + psum (XLA)'])} | "
+                     f"{with_spread(row['ratios']['launcher (xla) / launcher'], ratio)} |")
     return "\n".join(lines)
 
 

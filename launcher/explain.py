@@ -83,6 +83,14 @@ def watchdog_lines(spec: JobSpec) -> list[str]:
             f"a launcher collective may wait {collective}; the whole job may run {timeout} (timeout)"]
 
 
+def transport_line(spec: JobSpec) -> str:
+    """Which transport launcher's collectives use for device arrays, and why."""
+    name, why = spec.collectives_transport()
+    what = {"mpi4jax": "mpi4jax (MPI)", "xla": "XLA's collectives over a mesh of every process (" +
+            ("NCCL" if spec.platform == "gpu" else "gloo") + ")"}[name]
+    return f"launcher collectives: device arrays travel over {what}; {why}"
+
+
 def resource_rows(spec: JobSpec) -> list[list]:
     per_node = [spec.processes_per_node, spec.processes_per_node * spec.devices_per_process,
                 spec.processes_per_node * spec.cpus_per_process, spec.gpus_per_node]
@@ -118,7 +126,7 @@ def format_explain(spec: JobSpec, target: str | Backend, run_dir: Path, problems
              f"{spec.devices_per_process} {spec.platform} device(s) = {spec.num_processes} ranks, "
              f"{spec.num_processes * spec.devices_per_process} devices; on {where}", "", table, "",
              "every rank also gets: " + " ".join(f"{k}={v}" for k, v in every.items()),
-             *program_lines(spec), *watchdog_lines(spec),
+             *program_lines(spec), *watchdog_lines(spec), transport_line(spec),
              *container_lines(spec, backend, run_dir, workdir or Path.cwd()), "",
              tabulate(resource_rows(spec), headers=["RESOURCES", "PROCESSES", "DEVICES", "CPUS", "GPUS"])]
     verdict = backend.fit_verdict(problems, warnings)

@@ -191,6 +191,7 @@ def main() -> None:
 
         address = coordinator_address(comm)  # one per attempt: a requeued job never reads the last one's
         os.environ.update(program_environment(topology, address, spec.env))
+        os.environ["JAXLAUNCH_TRANSPORT"] = spec.collectives_transport()[0]  # collectives/choice.py reads it
         if spec.preemption_signal is not None:
             NOTICE.deliver = getattr(signal, spec.preemption_signal)
 
@@ -230,6 +231,7 @@ def main() -> None:
         function = None if spec.runs_program else load_entrypoint(spec.entrypoint, code)
         if rank == 0:
             run.log_event("main_started", attempt=int(os.environ.get(ATTEMPT_ENV, "0")),  # start-up ends here
+                          transport=os.environ["JAXLAUNCH_TRANSPORT"],
                           startup={k: round(v, 3) for k, v in startup.items() if v is not None})
         started = time.perf_counter()
         value = None

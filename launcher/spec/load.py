@@ -228,6 +228,9 @@ def _check_consistency(spec: JobSpec) -> list[tuple[tuple, str]]:
                          "pyxis starts containers only through srun: in mpirun mode mpirun would run inside one "
                          "pyxis container and cannot start ranks on the other nodes (NVIDIA/pyxis#164); "
                          "set slurm.launch: srun"))
+    if spec.transport == "xla" and not spec.jax_distributed:
+        problems.append((("transport",), "XLA's collectives run over JAX's multi-process runtime; set "
+                                         "jax_distributed: true, or transport: mpi4jax (or auto)"))
     if spec.args and not spec.runs_program:  # also `-- ARG...`: it would be dropped without a word
         problems.append((("args",), f"args are a script's or module's argv, and the entrypoint {spec.entrypoint!r} "
                                     f"is a function: it gets ctx.params instead; pass the values in params, or "

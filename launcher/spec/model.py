@@ -16,6 +16,7 @@ ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 JOB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 MODULE_NAME = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 RUN_DIR_PLACEHOLDERS = ("{name}", "{time}")
+TRANSPORTS = ("auto", "mpi4jax", "xla")  # launcher collectives: JobSpec.collectives_transport
 
 
 # --- durations ----------------------------------------------------------------------------
@@ -260,6 +261,11 @@ class JobSpec(Record):
     jax_distributed_timeout: int = field(
         DURATION, "how long jax.distributed waits for every process to connect at start-up: seconds, '15m', ...; "
                   "JAX's own 300 s is too short for cold starts on many hosts", 900)
+    transport: str = field(
+        Choice(*TRANSPORTS), "how launcher.allreduce, broadcast and allgather move device arrays between processes: "
+                             "'mpi4jax' (MPI), 'xla' (XLA's own collectives over a mesh of every process: gloo on CPU, "
+                             "NCCL on GPU; needs jax_distributed: true) or 'auto' (xla for GPU jobs with "
+                             "jax_distributed, else mpi4jax; `jaxlaunch explain` says which and why)", "auto")
     env: dict[str, str] = field(MappingOf(Text(), before=_env_scalars_to_strings),
                                 "environment variables for every process", factory=dict, checks=(_env_names,))
     setup: list[str] = field(
@@ -326,6 +332,18 @@ class JobSpec(Record):
     def cpus_per_process(self) -> int:
         """CPUs each process asks for: slurm.cpus_per_task, else 1."""
         return self.slurm.cpus_per_task or 1
+
+    def collectives_transport(self) -> tuple[str, str]:
+        """(transport, why): what launcher's collectives use for device arrays in this job's ranks."""
+        if self.transport != "auto":
+            return self.transport, f"set in the spec (transport: {self.transport})"
+        if not self.jax_distributed:
+            return "mpi4jax", "auto: XLA's collectives need jax_distributed: true"
+        if self.platform == "cpu":
+            return "mpi4jax", ("auto: on CPU, XLA's collectives go through gloo, measured 2.5-100x slower than "
+                               "mpi4jax (docs/design/collectives.md, Transports)")
+        return "xla", ("auto: on GPU, XLA's collectives use NCCL; mpi4jax stages through host memory unless "
+                       "MPI is CUDA-aware (jaxlaunch doctor)")
 
     @property
     def entrypoint_kind(self) -> str:

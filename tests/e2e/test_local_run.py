@@ -93,7 +93,7 @@ def test_benchmark_job_runs_and_writes_table_json_and_plot(tmp_path):
     report = json.loads((tmp_path / "run" / "bench.json").read_text())
     assert [row["case"] for row in report["rows"]] == ["8 B", "4096 B", "10-leaf tree, 0 MiB"]
     methods = {"mpi4py", "mpi4py in-place", "mpi4jax per-leaf", "launcher", "launcher packed", "XLA global mesh",
-               "jit step", "jit step + allreduce"}
+               "launcher (xla)", "jit step", "jit step + allreduce", "jit step + psum (XLA)"}
     for row in report["rows"]:
         assert set(row["seconds"]) == set(row["spread"]) == methods and row["runs"] == 2
         assert all(0 < t < 60 for t in row["seconds"].values()) and row["pack_seconds"] >= 0
@@ -109,6 +109,11 @@ def test_benchmark_job_runs_and_writes_table_json_and_plot(tmp_path):
     assert tree["floor_seconds"]["median"] > 0 and set(tree["floor_parts"]) == {
         "gather (jit)", "gather (numpy)", "make (jit split)", "make (device_put)"}
     assert "| 10-leaf tree, 0 MiB |" in output.split("launcher / floor (target <= 1.25x)")[1]
+    # both transports and raw MPI side by side, outside and inside jit, and the small calls over XLA
+    assert ("| case | raw mpi4py | launcher over mpi4jax | launcher over XLA | XLA psum by hand | "
+            "in jit: step + launcher (mpi4jax) | in jit: step + psum (XLA) |") in output
+    assert all(row["ratios"]["launcher (xla) / launcher"]["median"] > 0 for row in report["rows"])
+    assert [row["launcher (xla)"]["median"] > 0 for row in report["small"][:2]] == [True, True]
 
 
 def test_a_benchmark_without_matplotlib_says_so_first_and_keeps_its_table(tmp_path):
@@ -141,6 +146,22 @@ def test_training_gives_the_same_step_on_any_layout(tmp_path, single_device_trai
     np.testing.assert_allclose(out["losses"], reference["losses"], rtol=1e-5)
     for name, value in reference["params"].items():
         np.testing.assert_allclose(out["params"][name], value, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_training_over_xla_collectives_gives_the_losses_of_mpi4jax(tmp_path):
+    """transport: xla (XLA's own collectives, gloo, under jax.distributed) against mpi4jax, on the same
+    layout (2 processes x 2 devices: per-device rows, a packed buffer, NumPy leaves): the same
+    losses and parameters to 1e-6, and each run says which transport it used."""
+    layout = {"nodes": 2, "processes_per_node": 1, "devices_per_process": 2}
+    over_mpi = train(tmp_path / "mpi", **layout, transport="mpi4jax")
+    over_xla = train(tmp_path / "xla", **layout, transport="xla", jax_distributed="true")
+    for run, transport in (("mpi", "mpi4jax"), ("xla", "xla")):
+        events = [json.loads(line) for line in (tmp_path / run / "run" / "events.jsonl").read_text().splitlines()]
+        assert next(e for e in events if e["event"] == "main_started")["transport"] == transport
+    assert over_xla["replicas_in_sync"]
+    np.testing.assert_allclose(over_xla["losses"], over_mpi["losses"], rtol=1e-6, atol=0)
+    for name, value in over_mpi["params"].items():
+        np.testing.assert_allclose(over_xla["params"][name], value, rtol=1e-6, atol=1e-7, err_msg=name)
 
 
 @pytest.fixture(scope="module")

@@ -250,7 +250,11 @@ def transport_path(request, monkeypatch):
     """Run a test over every way a leaf can travel: staged through host memory (mpi4py, the CPU's
     default for arrays on the first device), and the device path with mpi4jax's FFI target (fast)
     or its public ordered op."""
-    from launcher.rank.collectives import staged, transport
+    from launcher.rank.collectives import choice, staged, transport
+    if choice.current() == "xla":  # tier_xla.yaml: every device leaf goes one way, over XLA's collectives
+        if request.param != "staged":
+            pytest.skip("transport: xla has one path for every device leaf (run as the 'staged' case)")
+        return "xla"
     if request.param != "staged":
         monkeypatch.setattr(staged, "STAGED", False)
     if request.param == "ordered":
@@ -595,3 +599,65 @@ def test_half_precision_travels_as_float32(world, lone):
     assert out["f16"].dtype == jnp.float16 and out["bf16"].dtype == jnp.bfloat16
     np.testing.assert_array_equal(np.asarray(out["f16"], np.float32), np.full(3, 60000, np.float32))
     np.testing.assert_array_equal(np.asarray(out["bf16"], np.float32), np.full(3, 1.5, np.float32))
+
+
+def jax_spans_every_process(world):
+    return jax.process_count() == world[1]
+
+
+def test_the_transport_in_force_carries_the_device_leaves(world):
+    """Under tier_xla.yaml the device leaves really go over XLA's collectives (xla.LAST holds the
+    latest exchange), and under tier.yaml never."""
+    from launcher.rank.collectives import choice, xla
+    xla.LAST.clear()
+    total = launcher.allreduce({"a": jnp.arange(3.0), "b": jnp.ones(2, jnp.bfloat16)})
+    assert bool(xla.LAST) == (choice.current() == "xla")
+    np.testing.assert_array_equal(np.asarray(total["a"]), np.arange(3.0) * world[1])
+
+
+@pytest.mark.parametrize("op", ["sum", "mean", "max", "min"])
+def test_both_transports_give_the_same_bits(world, op):
+    """The same 24-leaf tree (bfloat16, bool, per-device rows, Python numbers) over mpi4jax and over
+    XLA's collectives: the same bits. Needs JAX's multi-process runtime (tier_xla.yaml)."""
+    if not jax_spans_every_process(world):
+        pytest.skip("needs jax.distributed over every process (tests/mpi/tier_xla.yaml)")
+    from launcher.rank.collectives import choice
+    rank, size = world
+    rng = np.random.default_rng([rank, 3])
+    tree = {f"w{i}": jnp.asarray(rng.normal(size=(i % 5 + 1, 3)).astype(np.float32)) for i in range(18)}
+    tree.update(half=jnp.asarray(rng.normal(size=7), jnp.bfloat16), flags=jnp.asarray(rng.normal(size=4) > 0),
+                count=rank + 1, scale=float(rank) / 3, host=rng.normal(size=5),
+                rows=jax.pmap(lambda v: v)(per_device_values(rank)))
+    results = {}
+    for name in ("mpi4jax", "xla"):
+        with choice.using(name):
+            results[name] = jax.tree_util.tree_map(np.asarray, launcher.allreduce(tree, op=op))
+    for (path, a), b in zip(jax.tree_util.tree_flatten_with_path(results["mpi4jax"])[0],
+                            jax.tree_util.tree_leaves(results["xla"])):
+        assert a.dtype == b.dtype, path
+        np.testing.assert_array_equal(a, b, err_msg=jax.tree_util.keystr(path))
+
+
+def test_broadcast_and_allgather_over_both_transports_agree(world):
+    if not jax_spans_every_process(world):
+        pytest.skip("needs jax.distributed over every process (tests/mpi/tier_xla.yaml)")
+    from launcher.rank.collectives import choice
+    rank, size = world
+    tree = {"x": jnp.full((2, 3), rank + 1.0), "h": jnp.full(4, rank, jnp.float16), "i": jnp.arange(3) + rank}
+    out = {}
+    for name in ("mpi4jax", "xla"):
+        with choice.using(name):
+            out[name] = (launcher.broadcast(tree, root=size - 1), launcher.allgather(tree))
+    for a, b in zip(jax.tree_util.tree_leaves(out["mpi4jax"]), jax.tree_util.tree_leaves(out["xla"])):
+        assert np.asarray(a).dtype == np.asarray(b).dtype
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    np.testing.assert_array_equal(np.asarray(out["xla"][0]["x"]), np.full((2, 3), float(size)))
+    np.testing.assert_array_equal(np.asarray(out["xla"][1]["i"]), np.concatenate([np.arange(3) + r for r in range(size)]))
+
+
+def test_transport_xla_without_jax_distributed_says_what_to_set(world):
+    if jax_spans_every_process(world) or world[1] == 1:
+        pytest.skip("JAX spans every process here: nothing to refuse")
+    from launcher.rank.collectives import choice
+    with choice.using("xla"), pytest.raises(RuntimeError, match="set jax_distributed: true"):
+        launcher.allreduce(jnp.ones(3))

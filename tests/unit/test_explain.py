@@ -128,3 +128,27 @@ def test_platform_gpu_without_a_gpu_is_refused_by_run_and_explain_not_a_bare_ass
     assert explained.output.splitlines()[-1].startswith(
         "refused: platform: gpu, but this machine has no NVIDIA GPU (no /dev/nvidia0). Fix: ")
     assert CliRunner().invoke(main, ["explain", str(JOBS / "normalize.yaml")]).exit_code == 0
+
+
+@pytest.mark.parametrize("settings, says", [
+    ("", "device arrays travel over mpi4jax (MPI); auto: XLA's collectives need jax_distributed: true"),
+    ("jax_distributed: true\n", "over mpi4jax (MPI); auto: on CPU, XLA's collectives go through gloo"),
+    ("jax_distributed: true\nplatform: gpu\n", "over XLA's collectives over a mesh of every process (NCCL); auto: on GPU"),
+    ("jax_distributed: true\ntransport: xla\n", "over XLA's collectives over a mesh of every process (gloo); "
+                                                 "set in the spec (transport: xla)"),
+    ("jax_distributed: true\nplatform: gpu\ntransport: mpi4jax\n", "over mpi4jax (MPI); set in the spec"),
+])
+def test_explain_says_which_transport_the_collectives_use_and_why(write_spec, settings, says):
+    from launcher.explain import transport_line
+    line = transport_line(load_spec(write_spec(SPEC + settings)))
+    assert line.startswith("launcher collectives: ") and says in line, line
+    if "gpu" not in settings:  # (a GPU job is refused on this CPU machine before the plan is shown)
+        result = CliRunner().invoke(main, ["explain", str(write_spec(SPEC + settings))])
+        assert result.exit_code == 0 and line in result.output.splitlines(), result.output
+
+
+def test_transport_xla_without_jax_distributed_is_refused_with_the_fix(write_spec):
+    result = CliRunner().invoke(main, ["explain", str(write_spec(SPEC + "transport: xla\n"))])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert "job.yaml:6: transport: XLA's collectives run over JAX's multi-process runtime; set jax_distributed: true" \
+        in result.output, result.output

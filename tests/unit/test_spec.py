@@ -56,7 +56,7 @@ def test_misspelled_key_names_file_line_key_and_valid_keys(write_spec):
         "  valid keys: args, async_checkpoints, collective_timeout, compile_cache, container, "
         "devices_per_process, entrypoint, env, hang_timeout, jax_distributed, jax_distributed_timeout, "
         "keep_checkpoints, max_parallel, max_restarts, name, nodes, params, platform, preemption_signal, "
-        "processes_per_node, run_dir, setup, slurm, snapshot, sweep, sweep_limit, timeout\n"
+        "processes_per_node, run_dir, setup, slurm, snapshot, sweep, sweep_limit, timeout, transport\n"
         "  fix: did you mean 'nodes'? rename or remove the key.")
 
 
@@ -289,7 +289,7 @@ def test_every_default():
 
     assert JobSpec(name="x", entrypoint="m:f").to_dict() == {
         "name": "x", "entrypoint": "m:f", "args": [], "params": {}, "nodes": 1, "processes_per_node": 1,
-        "devices_per_process": 1, "platform": "cpu", "jax_distributed": False, "jax_distributed_timeout": 900,
+        "devices_per_process": 1, "platform": "cpu", "jax_distributed": False, "jax_distributed_timeout": 900, "transport": "auto",
         "env": {}, "setup": [],
         "run_dir": None, "timeout": None, "collective_timeout": 1800, "hang_timeout": "auto",
         "compile_cache": "run_dir",

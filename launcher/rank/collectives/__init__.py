@@ -13,8 +13,11 @@ each rank; ops.py's doc says how a leaf is read and how they must be called.
   host.py       the host path: NumPy arrays and Python numbers of a tree that goes the device way
   packer.py     TreePacker: a gradient tree packed into one buffer inside the job's own jit
   transport.py  the device path's MPI step: mpi4jax's FFI allreduce without its ordered effect
+  traced.py     the same operations inside the job's own jit (one device per process)
+  xla.py        the device leaves over XLA's own collectives instead (spec `transport: xla`)
+  choice.py     which of the two transports a call uses (the spec's, or `using(...)` for a block)
 
-Imports flow one way (ops -> staged -> host -> leaves; ops -> device -> leaves and transport);
+Imports flow one way (ops -> staged -> host -> leaves; ops -> device -> leaves, transport, xla, choice);
 nothing here imports this file.
 """
 

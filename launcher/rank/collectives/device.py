@@ -19,12 +19,11 @@ import functools
 
 import jax
 import jax.numpy as jnp
-import mpi4jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from mpi4py import MPI
 
-from . import transport
+from . import choice, transport, xla
 from .leaves import _MPI_OPS, _concat, _groups, _home_device, _is_on, _result_dtype, _split, _split_columns, _wire_dtype
 
 _LOCAL_REDUCERS = {"sum": jnp.sum, "mean": jnp.sum, "max": jnp.max, "min": jnp.min}
@@ -131,10 +130,15 @@ def _allreduce_device_leaves(leaves, kinds, indices, op, results):
         inputs += flats
     # counts: contributions per leaf, for mean (stacked buffers are divided later, leaf by leaf)
     counts = tuple([size] * len(single) + [1] * (len(inputs) - len(single)))
-    if home not in _dependency:
-        _dependency[home] = jax.device_put(jnp.zeros((), jnp.int32), home)
-    outputs, _dependency[home] = _fused_allreduce(inputs, _dependency[home], op=op, counts=counts,
-                                                  ordered=not transport.fast_path_for(home))
+    if choice.current() == "xla":
+        outputs = xla.allreduce(inputs, op, counts)
+        marker = outputs[-1]
+    else:
+        if home not in _dependency:
+            _dependency[home] = jax.device_put(jnp.zeros((), jnp.int32), home)
+        outputs, _dependency[home] = _fused_allreduce(inputs, _dependency[home], op=op, counts=counts,
+                                                      ordered=not transport.fast_path_for(home))
+        marker = _dependency[home]
     moves = []
     for i, value in zip(single, outputs):
         if kinds[i] == "home":
@@ -152,16 +156,17 @@ def _allreduce_device_leaves(leaves, kinds, indices, op, results):
                                            for p in group)) for group in layout)
         for i, value in zip(stacked, _spreader(spec, tuple(x.sharding for x in xs))(reduced_flats)):
             results[i] = value
+    return marker  # ready when the cross-process step has run
 
 
 # --- broadcast and allgather: public mpi4jax ops, fused per dtype -------------------------
 
 @functools.partial(jax.jit, static_argnames=("root",))
 def _fused_bcast(parts, root):
-    return _split(mpi4jax.bcast(_concat(parts), root, comm=_ordered_comm()), [p.shape for p in parts])
+    return _split(transport.require_mpi4jax().bcast(_concat(parts), root, comm=_ordered_comm()), [p.shape for p in parts])
 
 
 @jax.jit
 def _fused_allgather(parts):
-    gathered = mpi4jax.allgather(_concat(parts), comm=_ordered_comm())  # (size, n)
+    gathered = transport.require_mpi4jax().allgather(_concat(parts), comm=_ordered_comm())  # (size, n)
     return _split_columns(gathered, [p.shape for p in parts])

@@ -28,7 +28,7 @@ from mpi4py import MPI
 from ..tracker import TRACKER
 from .device import _allreduce_device_leaves, _dependency, _fused_allgather, _fused_bcast
 from .host import _allreduce_host_leaves, _host_comm, _host_concat, _restore_host
-from . import traced
+from . import choice, traced, xla
 from .leaves import (DEVICE_KINDS, HOST_KINDS, _MPI_OPS, _by_wire_dtype, _classify, _dtype_of, _home_device, _split,
                      _split_columns)
 from .staged import (_ArrayImpl, _allreduce_one_array, _allreduce_plan, _allreduce_staged, _broadcast_one_array,
@@ -47,7 +47,8 @@ def allreduce(tree, op: str = "sum"):
     input's kind and placement. A sum of bools counts; max/min of bools are any/all.
     """
     _check_op(op)
-    if type(tree) is _ArrayImpl:
+    over_mpi = choice.current() == "mpi4jax"  # else XLA's collectives (xla.py) for the device leaves
+    if over_mpi and type(tree) is _ArrayImpl:
         result = _allreduce_one_array(tree, op)
         if result is not None:
             return result
@@ -56,7 +57,7 @@ def allreduce(tree, op: str = "sum"):
         return tree
     if traced.is_traced(leaves):
         return traced.allreduce(leaves, treedef, op)
-    signature = _staged_signature(leaves)
+    signature = _staged_signature(leaves) if over_mpi else None
     if signature is not None:
         return treedef.unflatten(_allreduce_staged(leaves, _allreduce_plan(signature, op), op))
     home = _home_device()
@@ -66,8 +67,7 @@ def allreduce(tree, op: str = "sum"):
     on_host = [i for i, k in enumerate(kinds) if k in HOST_KINDS]
     seq = TRACKER.start("allreduce")
     if on_device:
-        _allreduce_device_leaves(leaves, kinds, on_device, op, results)
-        TRACKER.dispatched(seq, "allreduce", _dependency[home])
+        TRACKER.dispatched(seq, "allreduce", _allreduce_device_leaves(leaves, kinds, on_device, op, results))
     if on_host:
         TRACKER.enter(seq, "allreduce")
         _allreduce_host_leaves(leaves, kinds, on_host, op, results)
@@ -77,14 +77,15 @@ def allreduce(tree, op: str = "sum"):
 
 def broadcast(tree, root: int = 0):
     """Every process gets the root process's tree (same structure, shapes and dtypes required)."""
-    if type(tree) is _ArrayImpl:
+    over_mpi = choice.current() == "mpi4jax"
+    if over_mpi and type(tree) is _ArrayImpl:
         result = _broadcast_one_array(tree, root)
         if result is not None:
             return result
     leaves, treedef = jax.tree_util.tree_flatten(tree)
     if traced.is_traced(leaves):
         return traced.broadcast(leaves, treedef, root)
-    signature = _staged_signature(leaves) if leaves else None
+    signature = _staged_signature(leaves) if leaves and over_mpi else None
     if signature is not None:
         return treedef.unflatten(_broadcast_staged(leaves, _broadcast_plan(signature), root))
     kinds = [_classify(v, tree, i) for i, v in enumerate(leaves)]
@@ -95,7 +96,7 @@ def broadcast(tree, root: int = 0):
     seq = TRACKER.start("broadcast")
     for wire, indices in _by_wire_dtype(leaves, device):
         parts = [jax.device_put(leaves[i], home).astype(wire) for i in indices]
-        reduced = _fused_bcast(parts, root=root)
+        reduced = _fused_bcast(parts, root=root) if over_mpi else xla.broadcast(parts, root)
         TRACKER.dispatched(seq, "broadcast", reduced[-1])
         for i, value in zip(indices, reduced):
             results[i] = jax.device_put(value.astype(leaves[i].dtype), leaves[i].sharding)
@@ -128,7 +129,8 @@ def allgather(tree):
         indices = [i for i, k in enumerate(kinds) if k in wanted]
         for wire, members in _by_wire_dtype(leaves, indices):
             if on_device:
-                gathered = _fused_allgather([jax.device_put(leaves[i], home).astype(wire) for i in members])
+                parts = [jax.device_put(leaves[i], home).astype(wire) for i in members]
+                gathered = _fused_allgather(parts) if choice.current() == "mpi4jax" else xla.allgather(parts)
                 TRACKER.dispatched(seq, "allgather", gathered[-1])
             else:
                 buffer = np.ascontiguousarray(_host_concat([np.asarray(leaves[i], wire) for i in members]))
@@ -151,7 +153,7 @@ def wait_pending() -> None:
     JAX effect, so jax.effects_barrier() alone does not wait for them; a process must not exit
     while one is still queued, or its peers would wait forever."""
     jax.effects_barrier()
-    jax.block_until_ready(list(_dependency.values()))
+    jax.block_until_ready(list(_dependency.values()) + xla.LAST)
 
 
 def barrier(name: str = "barrier", timeout: float | None = None) -> None:

@@ -31,9 +31,27 @@ from __future__ import annotations
 import os
 
 import jax.numpy as jnp
-import mpi4jax
 import numpy as np
 from jax.interpreters import mlir
+
+try:
+    import mpi4jax
+    MPI4JAX_MISSING = None
+except ImportError as exc:  # a JAX release mpi4jax does not support yet: transport: xla still works
+    mpi4jax = None
+    MPI4JAX_MISSING = f"{type(exc).__name__}: {exc}"
+
+
+def require_mpi4jax():
+    """mpi4jax, or an error that says what works without it."""
+    if mpi4jax is None:
+        raise RuntimeError(f"mpi4jax cannot be imported ({MPI4JAX_MISSING}), and launcher's collectives need it for "
+                           f"device arrays over MPI, and for every call inside jax.jit. Fix: install an mpi4jax "
+                           f"built for this JAX and MPI (`jaxlaunch doctor` checks it), or run the job with "
+                           f"jax_distributed: true and transport: xla (XLA's own collectives), calling the "
+                           f"collectives outside jit")
+    return mpi4jax
+
 
 # mpi4jax's handler passes the element count to MPI as a C int.
 MAX_COUNT = 2**31 - 1
@@ -95,7 +113,7 @@ class Static:
 
 try:
     _FAST = None if os.environ.get("JAXLAUNCH_ORDERED_MPI4JAX") == "1" else _build_fast_primitive()
-except (ImportError, AttributeError):  # mpi4jax or JAX internals moved: take the public path
+except (ImportError, AttributeError):  # mpi4jax missing, or its or JAX's internals moved: the public path
     _FAST = None
 FAST_PATH = _FAST is not None
 
@@ -124,5 +142,5 @@ def allreduce_flat(buffer, op, comm, ordered: bool = False):
         chunks = [buffer[i:i + MAX_COUNT] for i in range(0, buffer.shape[0], MAX_COUNT)]
         return jnp.concatenate([allreduce_flat(c, op, comm, ordered) for c in chunks])
     if _FAST is None or ordered:
-        return mpi4jax.allreduce(buffer, op=op, comm=comm)
+        return require_mpi4jax().allreduce(buffer, op=op, comm=comm)
     return _FAST.bind(buffer, op=Static(op), comm=Static(comm))
