@@ -31,6 +31,7 @@ SHOTS = [
     ("tutorial-before-your-big-run.png", "tutorials/before-your-big-run/", "the-tutorials-training-job", 1500),
     ("tutorial-drill-on-slurm.png", "tutorials/before-your-big-run/", "on-the-cluster-a-node-set-down-and-a-spare", 1500),
     ("design-collectives-inside-jit.png", "design/collectives/", "inside-the-jobs-own-jit", 1900),
+    ("design-collectives-transports.png", "design/collectives/", "transports", 2000),
     ("how-to-debug-hang.png", "how-to/debug-hang/", "a-hang-anywhere-the-hang-watchdog-and-the-roll-call", 1700),
 ]
 # Hides, at every level from the section up to the page's <article>, what comes before it.

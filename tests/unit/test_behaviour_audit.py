@@ -26,7 +26,7 @@ def makefile_rules(text: str) -> dict[str, tuple[list[str], list[str]]]:
 
 
 def reached_from(rules: dict, target: str) -> list[str]:
-    """`target` and every target it depends on, directly or not."""
+    """`target` and every target it depends on, directly or not, or makes in its recipe (`$(MAKE) a b`)."""
     seen, queue = [], deque([target])
     while queue:
         name = queue.popleft()
@@ -34,6 +34,11 @@ def reached_from(rules: dict, target: str) -> list[str]:
             continue
         seen.append(name)
         queue.extend(rules[name][0])
+        for line in rules[name][1]:
+            for command in re.split(r"[;&|]+", line):
+                words = command.lstrip("@-+ ").split()  # a recipe line's @ (silent), - and + prefixes
+                if words and words[0] in ("$(MAKE)", "${MAKE}", "make"):
+                    queue.extend(word for word in words[1:] if word in rules)
     return seen
 
 
@@ -81,9 +86,18 @@ def test_make_test_and_ci_run_the_mpi_tier_under_mpirun_with_two_processes():
                   f"the collective tests then only ever run at one process")
 
 
+def test_make_test_runs_every_tier():
+    """`make test` runs the Slurm tier beside the others (in its recipe): each tier must still be reached."""
+    reached = reached_from(makefile_rules((ROOT / "Makefile").read_text()), "test")
+    assert {"test-unit", "test-e2e", "test-slurm", "test-mpi", "docs"} <= set(reached), reached
+
+
 def test_the_makefile_reader_follows_prerequisites_and_joined_lines():
     """The reader above, on a Makefile of its own: the test is only as good as it."""
     rules = makefile_rules("PY := python\nall: a\n\techo all\na: b # why\nb:\n\tmpirun -n 2 \\\n\t    $(PY) -m pytest"
                            " --with-mpi tests/mpi\nc:\n\tmpirun -n 1 pytest --with-mpi tests/mpi\n")
     assert reached_from(rules, "all") == ["all", "a", "b"] and "PY" not in rules
+    made = makefile_rules("all: a\n\t@$(MAKE) -k b > log & pid=$$!; $(MAKE) --no-print-directory c; wait\n"
+                          "a:\nb:\nc:\nd:\n")
+    assert reached_from(made, "all") == ["all", "a", "b", "c"]
     assert [runs_the_mpi_tier_on_two_processes(line) for line in rules["b"][1] + rules["c"][1]] == [True, False]
