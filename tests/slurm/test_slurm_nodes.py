@@ -93,6 +93,26 @@ def test_a_node_failed_mid_job_is_left_behind_and_the_job_completes(slurm_env, s
     assert f"excluded nodes: {victim}" in shown and "1 bad-node requeue" in shown
 
 
+def test_a_node_failed_on_a_partition_with_no_node_to_spare_ends_the_job_instead_of_a_requeue_that_never_runs(
+        slurm_env, slurm_cluster, tmp_path):
+    """The 2-node `debug` partition, a 2-node job, a rank's node set DOWN: a requeue without that node
+    would wait in the queue for good. The job ends FAILED at once and says why and what to do."""
+    run_dir = tmp_path / "run"
+    job_id = submit(slurm_env, TRAIN, run_dir, *TRAIN_SETTINGS, "--set", "slurm.partition=debug",
+                    "--set", "slurm.launch=srun")
+    wait_for_checkpoint(run_dir, 20)
+    record = job_record(slurm_cluster, job_id)
+    victim = next(node for node in hostnames(slurm_cluster, record["NodeList"]) if node != record["BatchHost"])
+    with node_down(slurm_cluster, victim):
+        assert wait_for_end(slurm_env, job_id) == "FAILED"
+    status = json.loads((run_dir / "status.json").read_text())
+    assert status["requeues"] == 0 and job_record(slurm_cluster, job_id)["Restarts"] == "0"
+    failure = json.loads((run_dir / "failure.json").read_text())
+    assert "partition 'debug' has 1 node(s) left, fewer than the job's 2" in failure["summary"], failure
+    assert "--set slurm.partition" in failure["fix"]
+    assert failure["summary"] in jaxlaunch("status", job_id, env=slurm_env).stdout
+
+
 @pytest.mark.parametrize("launch", ["srun", "mpirun"])
 def test_a_node_failed_mid_job_is_replaced_by_a_spare_inside_the_allocation(slurm_env, slurm_cluster, tmp_path,
                                                                            reference, launch):

@@ -131,3 +131,32 @@ def test_without_spares_nothing_changes(fake_launcher, tmp_path, slurm, three_no
     assert allocation.can_swap_in_spares(spec, run, {"node2"})
     three_nodes["node3"] = "State=DOWN"  # the spare itself failed while idle
     assert not allocation.can_swap_in_spares(spec, run, {"node2"})
+
+
+def partition_of(monkeypatch, slurm, partition, members):
+    """Slurm answers: the job runs in `partition`, whose nodes are `members`."""
+    slurm.record = {"Partition": partition}
+    monkeypatch.setattr(fit, "read_cluster", lambda: ([{"PartitionName": partition}],
+                                                      [{"NodeName": n, "Partitions": partition} for n in members]))
+
+
+@pytest.mark.parametrize("members, state", [(["node1", "node2"], "FAILED"), (["node1", "node2", "node4"], "REQUEUED")])
+def test_a_node_failure_requeues_only_where_the_partition_can_spare_the_node(fake_launcher, tmp_path, slurm,
+                                                                            monkeypatch, members, state):
+    """A lost node is left behind by a requeue that excludes it. On a partition with no node to spare,
+    that requeue would wait in the queue for good: the job ends FAILED instead and says why (the hang
+    path already checked this; the node-failure and health-check paths did not)."""
+    monkeypatch.setattr(nodes, "allocated_nodes", lambda env=os.environ: ["node1", "node2"])
+    monkeypatch.setattr(nodes, "lost_nodes", lambda record, allocated: {"node2": "State=DOWN"})
+    monkeypatch.setattr(nodes, "exclude", lambda job_id, nodelist: None)
+    partition_of(monkeypatch, slurm, "debug", members)
+    spec, run = slurm_run(tmp_path)
+    outcome = supervisor(fake_launcher, spec, run, "fail", allocation=SlurmAllocation("7")).supervise()
+    assert outcome.state == state
+    if state == "FAILED":
+        assert slurm.requeued == []
+        summary = outcome.failure["summary"]
+        assert "partition 'debug' has 1 node(s) left, fewer than the job's 2" in summary, summary
+        assert "would wait in the queue for good" in summary and "--set slurm.partition" in outcome.failure["fix"]
+    else:
+        assert slurm.requeued == ["7"] and status(run)["excluded_nodes"] == ["node2"]

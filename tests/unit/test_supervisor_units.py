@@ -23,7 +23,8 @@ from launcher.rank import monitor, preemption
 from launcher.environment import RUN_DIR_ENV
 from launcher.spec import JobSpec
 from launcher.spec.model import SlurmSpec
-from launcher.backends.slurm import nodes, requeue
+from launcher.backends.slurm import fit, nodes, requeue
+from launcher.errors import SchedulerError
 from launcher.backends.slurm.allocation import SlurmAllocation
 from launcher.supervisor import root_cause
 from launcher.supervisor.supervise import Outcome, Supervisor, describe_outcome, exit_code_for
@@ -147,8 +148,13 @@ def quick_stops(monkeypatch):
 
 @pytest.fixture
 def slurm(monkeypatch):
-    """No Slurm here: `scontrol show job` answers `slurm.record`, `scontrol requeue` is recorded."""
+    """No Slurm here: `scontrol show job` answers `slurm.record`, `scontrol requeue` is recorded; the
+    cluster's nodes cannot be read (a test that needs them fakes fit.read_cluster)."""
     state = SimpleNamespace(record={}, requeued=[], cancelled=[])
+
+    def no_cluster():
+        raise SchedulerError(["scontrol", "show", "node"], 1, "", "the unit tier asks no Slurm")
+    monkeypatch.setattr(fit, "read_cluster", no_cluster)
     monkeypatch.setattr(requeue, "job_record", lambda job_id: dict(state.record))
     monkeypatch.setattr(requeue, "requeue", lambda job_id: state.requeued.append(job_id))
     monkeypatch.setattr(requeue, "cancel_in_slurm", lambda job_id: state.cancelled.append(job_id))

@@ -118,13 +118,26 @@ class SlurmAllocation(Allocation):
         status = run.status()
         if status.requeues >= spec.slurm.max_requeues:
             return False
+        left = self._nodes_left_without(run, spec, bad)
+        return left is not None and left[1] >= self._nodes_wanted(spec)
+
+    def _nodes_wanted(self, spec) -> int:
+        return spec.nodes + spec.slurm.spare_nodes
+
+    def _nodes_left_without(self, run, spec, bad) -> tuple[str, int] | None:
+        """(the job's partition, how many of its nodes are neither excluded, nor replaced, nor in `bad`);
+        None when Slurm cannot tell."""
+        status = run.status()
         partition = requeue.job_record(self.job_id).get("Partition")
         try:
             _, node_records = fit.read_cluster()
         except SchedulerError:
-            return False
+            return None
+        if not partition:
+            return None
         usable = {n.get("NodeName") for n in node_records if partition in n.get("Partitions", "").split(",")}
-        return len(usable - set(status.excluded_nodes or []) - set(bad)) >= spec.nodes
+        gone = set(status.excluded_nodes or []) | set(status.replaced_nodes or {}) | set(bad)
+        return partition, len(usable - gone)
 
     def leave_nodes_behind(self, bad, cause, failure, attempt, run, spec, echo):
         """Requeue the job without `bad` nodes (node: why): REQUEUED, or FAILED once
@@ -143,6 +156,20 @@ class SlurmAllocation(Allocation):
                 summary=f"node(s) {what} ({listing}), and slurm.max_requeues={spec.slurm.max_requeues} is "
                         f"spent; excluded so far: {', '.join(excluded)}",
                 fix="ask the cluster's admins about these nodes; resubmit (with --exclude) or raise slurm.max_requeues")
+            atomic_write_json(run.failure_file, failure)
+            return JobState.FAILED, failure
+        left = self._nodes_left_without(run, spec, bad)
+        if left is not None and left[1] < self._nodes_wanted(spec):
+            # Requeued without them, the job would wait in the queue for good (nothing says so there).
+            partition, count = left
+            wanted = self._nodes_wanted(spec)
+            failure = root_cause.scheduler_failure(
+                reason=cause, attempt=attempt,
+                summary=f"node(s) {what} ({listing}); without them and the nodes excluded before "
+                        f"({', '.join(excluded)}) partition {partition!r} has {count} node(s) left, fewer than "
+                        f"the job's {wanted}: a requeue would wait in the queue for good, so the job ends here",
+                fix=f"ask the cluster's admins about these nodes; resubmit to a partition with {wanted} good nodes "
+                    f"(--set slurm.partition=...), or with fewer nodes")
             atomic_write_json(run.failure_file, failure)
             return JobState.FAILED, failure
         if failure is not None and run.failure_file.exists():
