@@ -33,6 +33,7 @@ rank's process there and signals it), and one more fault is possible:
              operator rights; the drill sets it back to RESUME after the run). The job must go on on
              a spare node (slurm.spare_nodes) or requeue without it (slurm.max_requeues). The batch
              node, where the supervisor runs, is never chosen: its loss ends any Slurm job.
+The Slurm side of each fault is the Slurm backend's (launcher/backends/slurm/faults.py).
 """
 
 from __future__ import annotations
@@ -170,10 +171,6 @@ def signal_rank_here(run_dir: Path, rank: int, signum: int) -> bool:
     return True
 
 
-def _slurm(argv: list[str], timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
-
-
 class Drill:
     def __init__(self, spec_path: str, overrides: list[str], program_args: list[str], folder: Path,
                  faults: list[str], count: int, seed: int, tolerance: float, echo=print, ignore=("attempt",),
@@ -275,49 +272,18 @@ class Drill:
         return None
 
     def _inject_in_slurm(self, trial: Trial, run_dir: Path) -> str | None:
+        """Through the Slurm backend, as Slurm would deliver the fault (backends/slurm/faults.py)."""
+        from .backends import get_backend
+
         job_id = _status(run_dir).get("job_id")
         if not job_id:
             return "the job's Slurm id is not in its status.json"
-        if trial.fault == "preempt":  # what Slurm's --signal=B:USR2@... warning does
-            done = _slurm(["scancel", "--batch", "--signal=USR2", str(job_id)])
-            return None if done.returncode == 0 else f"scancel failed: {done.stderr.strip()}"
-        if trial.fault == "node":
-            node, why = self._node_of(trial, run_dir, str(job_id))
-            if node is None:
-                return why
-            done = _slurm(["scontrol", "update", f"nodename={node}", "state=down", "reason=jaxlaunch drill"])
-            if done.returncode != 0:
-                return f"cannot set {node} DOWN (needs Slurm operator rights): {done.stderr.strip()}"
-            trial.node = node
-            return None
-        signum = signal.SIGKILL if trial.fault == "kill" else signal.SIGSTOP
-        # One task on each of the job's nodes; the one where the rank runs signals it.
-        done = _slurm(["srun", f"--jobid={job_id}", "--overlap", "--mpi=none", "--ntasks-per-node=1",
-                       "--kill-on-bad-exit=0", sys.executable, "-m", "launcher.drill", "signal", str(run_dir),
-                       str(trial.rank), str(int(signum))], timeout=120)
-        if "signalled" not in done.stdout:
-            return f"rank {trial.rank}'s process was not found on the job's nodes: {done.stderr.strip()[-300:]}"
+        try:
+            trial.node = get_backend("slurm").inject_fault(trial.fault, str(job_id), run_dir, trial.rank,
+                                                           self.processes_per_node)
+        except Exception as exc:  # noqa: BLE001  (FaultNotInjected, SchedulerError: the trial says why)
+            return str(exc)
         return None
-
-    def _node_of(self, trial: Trial, run_dir: Path, job_id: str) -> tuple[str | None, str]:
-        """The node rank `trial.rank` runs on (the attempt's node list, block by block), or another
-        rank's when that is the batch node."""
-        record = {}
-        shown = _slurm(["scontrol", "show", "job", "--oneliner", job_id])
-        for word in shown.stdout.split():
-            key, _, value = word.partition("=")
-            record.setdefault(key, value)
-        launches = [e["argv"] for e in _events(run_dir) if e["event"] == "launch"]
-        listed = next((a.partition("=")[2] for a in (launches[-1] if launches else []) if a.startswith("--nodelist=")),
-                      record.get("NodeList", ""))
-        names = _slurm(["scontrol", "show", "hostnames", listed]).stdout.split() if listed else []
-        if not names:
-            return None, f"cannot tell the job's nodes (NodeList {listed!r})"
-        order = [names[min(trial.rank // self.processes_per_node, len(names) - 1)], *names]
-        node = next((n for n in order if n != record.get("BatchHost")), None)
-        if node is None:
-            return None, "every node of the job is its batch node: a node fault would end it (nothing to drill)"
-        return node, ""
 
     def run_trial(self, trial: Trial) -> None:
         run_dir = Path(trial.run_dir)
@@ -343,7 +309,9 @@ class Drill:
             code = process.wait()
         finally:
             if trial.node:  # the drill's own DOWN: give the node back to the cluster
-                _slurm(["scontrol", "update", f"nodename={trial.node}", "state=resume"])
+                from .backends import get_backend
+
+                get_backend("slurm").end_fault(trial.node)
         if trial.fault == "preempt" and code == 75 and self.target == "local":  # PREEMPTED: continue it
             self._start(run_dir, [], log, resume=True).wait()
         self._score(trial, run_dir)
@@ -465,7 +433,7 @@ def run_drill(spec_path: str, overrides: list[str], program_args: list[str], fol
 
 def _main(argv: list[str]) -> int:
     """`python -m launcher.drill signal RUN_DIR RANK SIGNUM`: one task of the drill's step on a
-    Slurm node (see Drill._inject_in_slurm)."""
+    Slurm node (see launcher/backends/slurm/faults.py)."""
     if len(argv) != 4 or argv[0] != "signal":
         print("usage: python -m launcher.drill signal RUN_DIR RANK SIGNUM", file=sys.stderr)
         return 2

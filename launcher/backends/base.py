@@ -409,6 +409,15 @@ class Backend(ABC):
 
         return shlex.join(rank_command(spec, "python", Path(run_dir), Path(workdir)))
 
+    def inject_fault(self, fault: str, job_id: str, run_dir: Path, rank: int, processes_per_node: int) -> str | None:
+        """`jaxlaunch drill`: inject `fault` (preempt, kill, hang, node) into a running job of this
+        backend, as its scheduler would deliver it; the node set DOWN (for end_fault), else None.
+        Raises an exception whose message says why it could not."""
+        raise UsageError(f"jaxlaunch drill cannot inject faults through the {type(self).__name__}")
+
+    def end_fault(self, node: str) -> None:
+        """Undo what inject_fault left behind (a node set DOWN), once the trial is over."""
+
     def start_doctor_checks(self, env):
         """Start this backend's checks of this machine (`jaxlaunch doctor`) now, so that their
         commands run beside doctor's other probes, and return the function that collects them:

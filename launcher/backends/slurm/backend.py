@@ -448,6 +448,16 @@ class SlurmBackend(Backend):
 
         return container_command(spec, Path(run_dir), Path(workdir))
 
+    def inject_fault(self, fault, job_id, run_dir, rank, processes_per_node):
+        from .faults import inject
+
+        return inject(fault, job_id, run_dir, rank, processes_per_node)
+
+    def end_fault(self, node):
+        from .faults import resume_node
+
+        resume_node(node)
+
     def start_doctor_checks(self, env):
         from .doctor import start_checks
 
