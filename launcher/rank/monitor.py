@@ -175,6 +175,7 @@ class RankMonitor:
             os._exit(EXIT_ORPHANED)
 
     def check(self) -> None:
+        preemption.NOTICE.deliver_held()
         self.report_notice()
         self.report_phase()
         if self.requested_abort:

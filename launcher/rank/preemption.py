@@ -40,6 +40,7 @@ class StopNotice:
         self.stopping = False     # the supervisor is tearing the job down: SIGTERM kills again
         self.deliver = None       # spec preemption_signal: also send a notice to this process as that signal
         self.delivered = None     # {"signal": name, "sources": [...], "time": ...} once it was sent
+        self.held = None          # the notice's source, while the program has no handler for that signal yet
         self._comm = None
 
     def set(self, source: str) -> None:
@@ -56,8 +57,24 @@ class StopNotice:
             return
         if self.deliver == signal.SIGTERM and self.sigterm_enabled:
             return
+        if not handled(self.deliver):
+            # Nothing catches it yet (the program is still starting: importing, in jax.distributed's
+            # initialize): its default action would end the rank, a failure instead of a stop. Held
+            # until a handler is there (the monitor thread asks each poll: deliver_held).
+            if self.held is None:
+                self.held = source
+                os.write(2, f"jaxlaunch: preemption notice held: this process does not handle "
+                            f"{signal.Signals(self.deliver).name} yet (it would end it); delivered once it does\n"
+                            .encode())
+            return
+        self.held = None
         self.delivered = {"signal": signal.Signals(self.deliver).name, "sources": [source], "time": time.time()}
         os.kill(os.getpid(), self.deliver)
+
+    def deliver_held(self) -> None:
+        """Deliver a held notice once the program handles the signal (called by the monitor thread)."""
+        if self.held is not None and self.delivered is None:
+            self._deliver(self.held)
 
     @property
     def stopped(self) -> dict | None:
@@ -67,6 +84,20 @@ class StopNotice:
 
     def names(self, bits: int) -> list[str]:
         return [name for name, bit in SOURCES.items() if bits & bit]
+
+
+def handled(signum: int) -> bool:
+    """Whether this process catches `signum`: a handler in Python or in C (JAX's preemption notifier
+    installs its SIGTERM handler in C, where signal.getsignal does not see it). The kernel's SigCgt
+    mask holds both; without /proc, Python's own view."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("SigCgt:"):
+                    return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
+    except OSError:
+        pass
+    return signal.getsignal(signum) not in (signal.SIG_DFL, None)
 
 
 NOTICE = StopNotice()

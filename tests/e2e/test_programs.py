@@ -272,3 +272,26 @@ def test_a_scripts_own_background_thread_finishes_before_the_rank_exits(tmp_path
         "threading.Thread(target=write).start()\n")
     assert result.returncode == 0, result.stderr
     assert sorted(p.name for p in run_dir.glob("late-*.txt")) == ["late-0.txt", "late-1.txt"]
+
+
+def test_a_notice_before_the_programs_handler_exists_is_held_until_it_does(tmp_path):
+    """preemption_signal: SIGUSR1, and a notice while the program is still starting (no handler yet):
+    delivered then, the signal's default action would kill the rank (the job FAILED, seen under load
+    in CI with orbax's SIGTERM handler). It is held, and delivered once the program handles it: the
+    program hears it and the job ends PREEMPTED."""
+    run_dir = tmp_path / "run"
+    exe = os.path.join(os.path.dirname(sys.executable), "jaxlaunch")
+    process = subprocess.Popen([exe, "run", str(TEST_JOBS / "programs" / "late_handler.py"),
+                                "-n", "2", "--set", "preemption_signal=SIGUSR1", "--run-dir", str(run_dir), "--", "4"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    deadline = time.monotonic() + 60
+    while not (run_dir / "events.jsonl").exists() or '"main_started"' not in (run_dir / "events.jsonl").read_text():
+        assert time.monotonic() < deadline and process.poll() is None
+        time.sleep(0.05)
+    process.send_signal(signal.SIGUSR2)  # the program sleeps 4 s more before it has a handler
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 75, err  # PREEMPTED
+    for rank in (0, 1):
+        log = (run_dir / "logs" / f"rank-{rank}.log").read_text()
+        assert "preemption notice held: this process does not handle SIGUSR1 yet" in log, log
+        assert log.index("handler installed") < log.index("notice heard"), log
