@@ -57,7 +57,8 @@ done
 fingerprint="$(cd "$root" && { find launcher slurm pyproject.toml -type f ! -path '*/__pycache__/*' -print0 \
     | sort -z | xargs -0 sha256sum; "$python" -m pip freeze --exclude-editable; } | sha256sum | cut -d' ' -f1)"
 if [ -x "$image/opt/venv/bin/python" ] && [ "$(cat "$image/.jaxlaunch-source" 2>/dev/null)" = "$fingerprint" ]; then
-    echo "$image: already holds this checkout's jaxlaunch ($((SECONDS - started)) s)" >&2
+    # The same last line as a build's (the docs show it): what the image holds, and how long this took.
+    echo "$image: jaxlaunch $(ch-run "$image" -- /opt/venv/bin/python -P -c 'import launcher; print(launcher.__version__)') in /opt/venv ($((SECONDS - started)) s)" >&2
     exit 0
 fi
 
