@@ -367,9 +367,9 @@ class ControlServer:
     def _refuse(self, connection: _Connection, why: str) -> None:
         """Count a refused message; the first REFUSALS_LOGGED of an attempt go to events.jsonl
         (for people: somebody is probing the port, or a rank's code sends what it should not)."""
-        self.refused += 1
-        if self.refused <= REFUSALS_LOGGED:
+        if self.refused < REFUSALS_LOGGED:
             self.run.log_event("control_refused", rank=connection.rank, why=why[:200])
+        self.refused += 1  # after the event: whoever sees the count finds the refusal in events.jsonl
 
     def _append_metrics(self, rank: int, message: dict) -> bool:
         """RUN_DIR/metrics.jsonl: one line per rank-0 report, one per rank per flush (its step time).
