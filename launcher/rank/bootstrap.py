@@ -141,6 +141,11 @@ def process_started() -> float | None:
 
 
 def main() -> None:
+    from .preemption import NOTICE, install_usr2_handler
+
+    # A preemption notice, before anything else can be interrupted by it: MPI_Init below takes a
+    # second under load, and SIGUSR2's default action would end the rank (seen in CI).
+    install_usr2_handler()
     # The start-up budget (launcher/goodput.py): when each phase of this rank's start ended.
     startup = {"process": process_started()}
     from mpi4py import MPI  # MPI_Init happens here; JAX is not imported yet
@@ -153,9 +158,6 @@ def main() -> None:
     from .output import RankOutput
     from .topology import Topology, local_rank_from_env, node_index_from_local_ranks
 
-    from .preemption import NOTICE, install_usr2_handler
-
-    install_usr2_handler()  # a preemption notice, before anything else can be interrupted by it
     comm = MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()
     output = run = None

@@ -4,6 +4,8 @@ Tests that belong to no module's own test file live here."""
 import re
 from collections import deque
 
+import pytest
+
 from conftest import ROOT
 
 
@@ -86,9 +88,10 @@ def test_make_test_and_ci_run_the_mpi_tier_under_mpirun_with_two_processes():
                   f"the collective tests then only ever run at one process")
 
 
-def test_make_test_runs_every_tier():
-    """`make test` runs the Slurm tier beside the others (in its recipe): each tier must still be reached."""
-    reached = reached_from(makefile_rules((ROOT / "Makefile").read_text()), "test")
+@pytest.mark.parametrize("target", ["test", "test-parallel"])
+def test_make_test_runs_every_tier(target):
+    """`make test` runs every tier; so does `make test-parallel`, which starts them in its recipe."""
+    reached = reached_from(makefile_rules((ROOT / "Makefile").read_text()), target)
     assert {"test-unit", "test-e2e", "test-slurm", "test-mpi", "docs"} <= set(reached), reached
 
 

@@ -255,3 +255,31 @@ class TestCollectiveTracker:
             assert tracker.oldest_waiting()[2] <= 0.4
         clock[0] += 30  # then nothing finishes any more: a hang
         assert tracker.oldest_waiting()[2] >= 30
+
+
+def test_a_preemption_notice_during_mpi_init_does_not_kill_the_rank():
+    """SIGUSR2 (scancel --signal=USR2, or mpirun forwarding a notice) while the rank is still in
+    MPI_Init, which takes a second under load: the handler was installed only after it, and the
+    signal's default action killed the rank (seen in CI). When MPI starts, the handler must be there.
+    A subprocess whose `mpi4py` is a stand-in that records the SIGUSR2 disposition and stops."""
+    import subprocess
+    import sys
+    import textwrap
+
+    probe = textwrap.dedent("""
+        import signal, sys, types
+        class Stop(Exception):
+            pass
+        class Recorder(types.ModuleType):
+            def __getattr__(self, name):
+                print("SIGUSR2 handled at MPI start:", signal.getsignal(signal.SIGUSR2) not in (signal.SIG_DFL, None))
+                raise Stop
+        sys.modules["mpi4py"] = Recorder("mpi4py")
+        from launcher.rank import bootstrap
+        try:
+            bootstrap.main()
+        except Stop:
+            pass
+    """)
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert "SIGUSR2 handled at MPI start: True" in done.stdout, done.stdout + done.stderr
