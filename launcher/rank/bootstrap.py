@@ -74,11 +74,16 @@ def _fail(comm, output, run, rank: int, exc: BaseException, exit_code: int = 1) 
                 "exit_code": exit_code, "signal": None, "error": summary, "traceback": text,
                 "kind": "exit" if isinstance(exc, SystemExit) else "exception",
             })
+        # What python itself prints: the traceback, or for sys.exit(N) nothing (for sys.exit("msg"), msg).
+        shown = text
+        if isinstance(exc, SystemExit):
+            shown = "" if exc.code is None or isinstance(exc.code, int) else f"{exc.code}\n"
         if output is not None:
-            output.write_direct(text)
-            output.stop(timeout=1.0)
-        else:
-            sys.stderr.write(text)
+            output.stop()
+            if shown:
+                output.write_direct(shown)
+        elif shown:
+            sys.stderr.write(shown)
             sys.stderr.flush()
     finally:
         if comm is not None and comm.Get_size() > 1:
@@ -164,6 +169,9 @@ def main() -> None:
     try:
         run = RunDirectory(os.environ[RUN_DIR_ENV])
         output = RankOutput(run.rank_log(rank), rank).start()
+        # jaxlaunch's own lines through its own logger and handler: the root logger, its level and
+        # handlers are the program's (a logging.basicConfig of its own takes effect, as under python).
+        logger = jaxlaunch_logger()
         spec = run.read_spec()  # the model only (launcher.spec loads lazily): no YAML loader in the ranks
         monitor = RankMonitor(run, rank, size, spec.collective_timeout, client=ControlClient.from_env(rank)).start()
 
@@ -227,8 +235,6 @@ def main() -> None:
             run_preflight(comm, run, rank, ctx.local_devices, spec.devices_per_process)
             _set_context(ctx)
         startup["preflight"] = time.time()
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s",
-                            stream=sys.stderr)
         code = run.code if spec.snapshot else None
         function = None if spec.runs_program else load_entrypoint(spec.entrypoint, code)
         if rank == 0:
@@ -259,15 +265,23 @@ def main() -> None:
             context().checkpoints.wait()  # a save still being written: on disk (or its error raised) before the end
         if rank == 0 and compile_cache.COUNTER.listening and os.environ.get("JAX_COMPILATION_CACHE_DIR"):
             run.log_event("compile_cache", folder=os.environ["JAX_COMPILATION_CACHE_DIR"], **compile_cache.COUNTER.counts)
+        from .exit import join_threads_as_python_does, run_exit_handlers
         from .jax_runtime import shutdown_jax_distributed
 
+        def threads_hold_the_exit(threads: list[dict]) -> None:
+            names = "; ".join(f"{t['name']} at {t['where']}" for t in threads)
+            logger.warning("the program has returned, but its process waits for %d non-daemon thread(s) "
+                           "to end, as python would: %s", len(threads), names)
+            run.log_event("exit_waiting", rank=rank, threads=threads)
+
+        # The program's end, as python's: its threads' exit hooks and non-daemon threads first.
+        join_threads_as_python_does(threads_hold_the_exit)
         # JAX's runtime, ours or the program's, shut down on every rank while the monitor still answers.
         shutdown_seconds = shutdown_jax_distributed()
         if shutdown_seconds is not None and rank == 0:
             run.log_event("jax_distributed_shutdown", seconds=round(shutdown_seconds, 3))
         monitor.stop()
         monitor.finish()
-        logger = logging.getLogger("jaxlaunch.job")
         if NOTICE.stopped is not None:
             # Stopped after a preemption notice: the work is not finished, so there is no result;
             # the run resumes from its checkpoint.
@@ -280,6 +294,8 @@ def main() -> None:
             if rank == 0 and value is not NO_RESULT:
                 write_result(run, value)
             logger.info("entrypoint finished in %.2f s", time.perf_counter() - started)
+        # The program's atexit handlers (and JAX's), while their lines still carry the rank's prefix.
+        run_exit_handlers()
         output.stop()
     except SystemExit as exc:
         from .program import exit_code
@@ -289,25 +305,30 @@ def main() -> None:
         _fail(comm, output, run, rank, exc)
 
 
+def jaxlaunch_logger() -> logging.Logger:
+    """The `jaxlaunch` logger (ctx.logger is its child `jaxlaunch.job`): INFO and up to stderr,
+    with a handler of its own, not through the root logger, which is the program's."""
+    logger = logging.getLogger("jaxlaunch")
+    if not any(getattr(h, "jaxlaunch", False) for h in logger.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+        handler.jaxlaunch = True
+        logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    return logger
+
+
 def fast_exit(code: int = 0) -> None:
     """End the rank without CPython's interpreter teardown, which costs ~0.5 s with JAX loaded
-    (measured: `python -c "import jax, mpi4jax; jax.devices()"` 2.33 s, with this 1.83 s), after
-    doing what teardown would have done that matters: joining non-daemon threads, the atexit handlers (jax.distributed's
-    shutdown among them), a flush of every open Python file (a job that wrote without closing
-    keeps its data), MPI_Finalize. Called only once the job's result and done-file are written."""
-    import atexit
+    (measured: `python -c "import jax, mpi4jax; jax.devices()"` 2.33 s, with this 1.83 s). What
+    python's exit does before that teardown was done by main (launcher/rank/exit.py: the threading
+    hooks, non-daemon threads, atexit); what is left is a flush of every open Python file (a job
+    that wrote without closing keeps its data) and MPI_Finalize. Called only once the job's
+    result and done-file are written."""
     import gc
     import io
-    import threading
 
-    # As the interpreter would: wait for the program's own non-daemon threads (a script's
-    # background writer, say) before the exit handlers; jaxlaunch's threads are daemons.
-    for thread in threading.enumerate():
-        if thread is not threading.main_thread() and not thread.daemon:
-            thread.join()
-    runtime = sys.modules.get("launcher.rank.jax_runtime")
-    if not getattr(runtime, "SHUTDOWN_ABANDONED", False):  # else JAX's handler would wait for it again
-        atexit._run_exitfuncs()
     is_file: dict[type, bool] = {}  # per type, not isinstance per object: ~15 ms instead of ~90 ms
     for obj in gc.get_objects():
         kind = type(obj)

@@ -98,7 +98,7 @@ def shutdown_jax_distributed(timeout: float = SHUTDOWN_SECONDS) -> float | None:
     return time.perf_counter() - started
 
 
-SHUTDOWN_ABANDONED = False  # read by bootstrap.fast_exit: then no exit handlers (JAX's would wait again)
+SHUTDOWN_ABANDONED = False  # read by exit.run_exit_handlers: then JAX's own handler is left out (it would wait again)
 
 
 class InitializeAnswer:

@@ -50,7 +50,7 @@ SIGNATURE_FILE = RESULT_SIGNATURE  # its signature with the owner's key (launche
 PLAIN_SCALARS = {"float64", "int64", "bool"}
 _LONG_INT_BITS = 13_000  # about 4000 decimal digits; Python refuses to print ints over 4300 digits
 
-log = logging.getLogger("launcher.rundir.results")
+log = logging.getLogger("jaxlaunch.results")
 
 
 class EncodedResult(NamedTuple):

@@ -220,6 +220,7 @@ class SlurmSpec(Record):
 # Signals a preemption notice may be delivered as (preemption_signal). Not SIGUSR2: that is the
 # notice itself. Not SIGKILL/SIGSTOP: no program can handle them.
 PREEMPTION_SIGNALS = ("SIGTERM", "SIGUSR1", "SIGINT", "SIGHUP")
+OUTPUT_MODES = ("tagged", "plain", "rank0")  # the ranks' output on the console: supervisor/streams.py
 CONTAINER_RUNTIMES = ("apptainer", "pyxis", "charliecloud")
 
 
@@ -291,6 +292,11 @@ class JobSpec(Record):
                                                "signal, for programs with their own handler (orbax and JAX's "
                                                "preemption sync point listen for SIGTERM); default: none, the "
                                                "notice reaches the job through ctx.should_stop() only", None)
+    output: str = field(
+        Choice(*OUTPUT_MODES), "how the ranks' output reaches the console: 'tagged' (every rank's, each line "
+                               "prefixed `[rank N] `, as mpirun --tag-output), 'plain' (every rank's, no prefix) or "
+                               "'rank0' (rank 0's only, no prefix); a program's stdout stays stdout; every rank's "
+                               "log keeps all of its own", "tagged")
     max_restarts: int = field(
         Integer(minimum=0), "restarts of the whole job after a failure (ctx.attempt tells the job which attempt)", 0)
     keep_checkpoints: int = field(

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from ..environment import RUN_DIR_ENV
+from ..rank.output import PUMP_ENV
 
 
 def _environ(pid: int) -> dict[bytes, bytes]:
@@ -51,9 +52,21 @@ def job_processes(run_dir: str | Path, extra: dict[str, str] | None = None) -> l
     return found
 
 
-def kill_job_processes(run_dir: str | Path, grace: float = 2.0) -> list[int]:
-    """SIGTERM every leftover process of the job, SIGKILL what is still there after `grace`."""
+def command_line(pid: int) -> str:
+    """The process's command line, its arguments joined by spaces ('' once it is gone)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def kill_job_processes(run_dir: str | Path, grace: float = 2.0, on_found=None) -> list[int]:
+    """SIGTERM every leftover process of the job, SIGKILL what is still there after `grace`.
+    `on_found([{pid, command}])` first, when there are any (a child a program left running)."""
     pids = job_processes(run_dir)
+    left = [pid for pid in pids if _environ(pid).get(PUMP_ENV.encode()) is None]  # a rank's own output pump ends with it
+    if left and on_found is not None:
+        on_found([{"pid": pid, "command": command_line(pid)} for pid in left])
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for pid in pids:
             try:

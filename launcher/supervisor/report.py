@@ -13,14 +13,23 @@ from ..states import JobState
 from . import root_cause
 
 
-def write_to_stderr(data: bytes) -> None:
-    stream = getattr(sys.stderr, "buffer", None)
-    if stream is not None:
-        stream.write(data)
-        stream.flush()
+def _write_to(stream, data: bytes) -> None:
+    binary = getattr(stream, "buffer", None)
+    if binary is not None:
+        stream.flush()  # what was printed as text first stays first
+        binary.write(data)
+        binary.flush()
     else:
-        sys.stderr.write(data.decode(errors="replace"))
-        sys.stderr.flush()
+        stream.write(data.decode(errors="replace"))
+        stream.flush()
+
+
+def write_to_stderr(data: bytes) -> None:
+    _write_to(sys.stderr, data)
+
+
+def write_to_stdout(data: bytes) -> None:
+    _write_to(sys.stdout, data)
 
 
 def describe_outcome(spec: JobSpec, run: RunDirectory, outcome, seconds: float) -> list[str]:

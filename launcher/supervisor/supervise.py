@@ -29,7 +29,6 @@ import signal
 import subprocess
 import threading
 import time
-from collections import deque
 from dataclasses import dataclass
 
 from ..channel import PreemptNotice, StopRequest
@@ -44,7 +43,8 @@ from .allocation import Allocation
 from . import root_cause, rollcall
 from .watchdog import HangWatchdog, describe_setting
 from .processes import kill_job_processes
-from .report import describe_outcome, result_text, write_to_stderr
+from .report import describe_outcome, result_text, write_to_stderr, write_to_stdout
+from .streams import LauncherOutput, StreamForwarder, forward
 
 POLL_SECONDS = 0.1
 ANSWER_SECONDS = 3.0      # how long ranks get to dump their stacks before the job is ended
@@ -64,8 +64,6 @@ STOP_STATES = {"timeout": JobState.TIMEOUT, "collective_timeout": JobState.TIMEO
 # A job that has not reported this long after its ranks started is told, once, that the hang
 # watchdog waits for its first ctx.report() (until then only timeout and collective_timeout apply).
 UNARMED_NOTE_SECONDS = 60.0
-# The rule of dashes above and below every Open MPI / PRRTE help message.
-BANNER_FRAME = re.compile(rb"-{20,}")
 NO_RESTART = ("timeout", "cancelled")  # the job's time is spent, or the user asked to stop
 
 
@@ -96,11 +94,14 @@ def ended_well(dones: list[dict], spec: JobSpec, has_result: bool) -> JobState |
 
 
 def _program_exit_code(failure: dict | None) -> int | None:
-    """A script's or module's own exit code, when its sys.exit(N) failed the job (pytest's 1 for
-    failed tests, 2 for a usage error...), as `python FILE` would have exited."""
+    """A script's or module's own exit code, when its sys.exit(N) or os._exit(N) failed the job
+    (pytest's 1 for failed tests, 2 for a usage error...), as `python FILE` would have exited."""
     first = (failure or {}).get("first_failure") or {}
     code = first.get("exit_code")
-    if first.get("kind") == "exit" and isinstance(code, int) and not isinstance(code, bool) and 0 < code < 256:
+    if not isinstance(code, int) or isinstance(code, bool) or not 0 < code < 256:
+        return None
+    # sys.exit(N), or a process that ended itself with code N (os._exit, C's exit) as its launcher saw it
+    if first.get("kind") == "exit" or (first.get("source") == "launcher" and first.get("signal") is None):
         return code
     return None
 
@@ -113,9 +114,9 @@ def exit_code_for(state: str, stop_signal: int | None = None) -> int:
 class Supervisor:
     def __init__(self, spec: JobSpec, run: RunDirectory, argv: list[str], env: dict[str, str],
                  echo=print, write_output=write_to_stderr, allocation: Allocation | None = None,
-                 resume: bool = False):
+                 resume: bool = False, write_stdout=write_to_stdout):
         self.spec, self.run, self.argv, self.env = spec, run, argv, env
-        self.echo, self.write_output = echo, write_output
+        self.echo, self.write_output, self.write_stdout = echo, write_output, write_stdout
         self.stop_signal: int | None = None
         self.deadline = None
         # Where the job runs: this machine, or a scheduler's allocation (a Slurm batch job).
@@ -339,13 +340,19 @@ class Supervisor:
         argv = self.allocation.launch_command(self.argv, self.spec, self.run)
         if argv != self.argv:
             self.run.log_event("launch", argv=argv)
-        process = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        process = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                    start_new_session=True)
-        launcher_lines: deque[str] = deque(maxlen=400)
-        first_launcher_line = []
-        reader = threading.Thread(target=self._forward_output, daemon=True,
-                                  args=(process, launcher_lines, first_launcher_line))
-        reader.start()
+        said = LauncherOutput(self.run.launcher_log)
+        launcher_lines = said.lines
+        # A program's stdout is this process's stdout, as under `mpirun python prog.py`; a
+        # function's stdout is its result line, so its ranks' stdout joins their stderr.
+        to_stdout = self.write_stdout if self.spec.runs_program else self.write_output
+        readers = [threading.Thread(target=forward, daemon=True, name=f"jaxlaunch-launcher-{name}",
+                                    args=(stream, StreamForwarder(write, said, self.spec.output)))
+                   for name, stream, write in (("stdout", process.stdout, to_stdout),
+                                               ("stderr", process.stderr, self.write_output))]
+        for reader in readers:
+            reader.start()
         stop_reason, detail = None, ""
         seen_lines, rank_reported_dead = 0, None
         while process.poll() is None:
@@ -375,8 +382,12 @@ class Supervisor:
             # The signal reached the launcher too (scancel signals every process of the job) and
             # it ended before our loop saw the signal: still a cancellation, not a failure.
             stop_reason, detail = self._why_stop()
-        reader.join(timeout=5)
-        kill_job_processes(self.run.path)
+        for reader in readers:
+            reader.join(timeout=5)
+        said.close()
+        # What the ranks left running (a program's child, a pool's workers): named, then ended with
+        # the job, as mpirun ends its ranks.
+        kill_job_processes(self.run.path, on_found=lambda found: self.run.log_event("processes_left", processes=found))
 
         if stop_reason is None and process.returncode == 0:
             ended = ended_well(self.channel.done(), self.spec, self.run.result_file.exists())
@@ -384,7 +395,7 @@ class Supervisor:
                 return ended, None, None
         state = STOP_STATES.get(stop_reason, JobState.FAILED)
         failure = self._failure(state, stop_reason, detail, process.returncode, list(launcher_lines),
-                                first_launcher_line[0] if first_launcher_line else time.time(), attempt)
+                                said.first_seen or time.time(), attempt)
         atomic_write_json(self.run.failure_file, failure)
         if self.allocation.job_id is not None and state != JobState.TIMEOUT and self._ended_by_preemption():
             # The scheduler's preemption (or a notice that killed mpirun's daemons) ended the job
@@ -406,29 +417,6 @@ class Supervisor:
                for event in self.run.read_events()):
             return True
         return self.allocation.cancelled_outside()
-
-    def _forward_output(self, process, launcher_lines, first_launcher_line) -> None:
-        """Stream the launcher's output live; keep what mpirun/srun said themselves (lines that are
-        not a rank's) in logs/launcher.log for the root cause. Open MPI's framed banners ("MPI_ABORT
-        was invoked ...", "prterun has exited due to ...") go to that log only: our summary says it
-        all, and quotes them when no rank's own error explains the failure."""
-        in_banner = False
-        with open(self.run.launcher_log, "ab") as log:
-            for line in iter(process.stdout.readline, b""):
-                line = line.replace(b"\0", b"")  # prterun ends its messages with a NUL byte
-                is_frame = not line.startswith(b"[rank ") and BANNER_FRAME.fullmatch(line.strip()) is not None
-                quiet = in_banner or is_frame
-                in_banner = in_banner != is_frame  # a frame opens a banner, the next one closes it
-                try:
-                    quiet or self.write_output(line)
-                except (OSError, ValueError):
-                    pass  # our console went away; the logs still have everything
-                if not line.startswith(b"[rank "):
-                    log.write(line)
-                    log.flush()
-                    if line.strip():
-                        first_launcher_line or first_launcher_line.append(time.time())
-                        launcher_lines.append(line.decode(errors="replace").rstrip("\n"))
 
     def _why_stop(self) -> tuple[str | None, str]:
         if self.stop_signal is not None:
@@ -517,9 +505,10 @@ class Supervisor:
 
 
 def supervise(spec: JobSpec, run: RunDirectory, argv: list[str], env: dict[str, str], echo=print,
-              write_output=write_to_stderr, allocation: Allocation | None = None, resume: bool = False) -> Outcome:
+              write_output=write_to_stderr, allocation: Allocation | None = None, resume: bool = False,
+              write_stdout=write_to_stdout) -> Outcome:
     """Run the job under supervision until it ends; see the module doc."""
-    return Supervisor(spec, run, argv, env, echo, write_output, allocation, resume).supervise()
+    return Supervisor(spec, run, argv, env, echo, write_output, allocation, resume, write_stdout).supervise()
 
 
 __all__ = ["EXIT_COMPLETED", "EXIT_FAILED", "EXIT_PREEMPTED", "EXIT_TIMEOUT", "Outcome", "Supervisor",

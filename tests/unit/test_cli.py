@@ -23,7 +23,7 @@ def test_misspelled_key_exits_2_with_file_line_and_valid_keys(write_spec):
         f"Error: {path}:3: nodez: unknown key.\n"
         "  valid keys: args, async_checkpoints, collective_timeout, compile_cache, container, "
         "devices_per_process, entrypoint, env, hang_timeout, jax_distributed, jax_distributed_timeout, "
-        "keep_checkpoints, max_parallel, max_restarts, name, nodes, params, platform, preemption_signal, "
+        "keep_checkpoints, max_parallel, max_restarts, name, nodes, output, params, platform, preemption_signal, "
         "processes_per_node, run_dir, setup, slurm, snapshot, sweep, sweep_limit, timeout, transport\n"
         "  fix: did you mean 'nodes'? rename or remove the key.\n")
     assert "Traceback" not in result.output
@@ -97,7 +97,7 @@ def test_print_spec_shows_each_resolved_value_with_its_type_and_runs_nothing(wri
                      "setup = []  (list)", "snapshot = False  (bool)", "container = None  (null)"):
         assert expected in lines
     assert "hang_timeout = 'auto'  (str)" in lines
-    assert len(lines) == 42  # one line per key, params expanded
+    assert len(lines) == 43  # one line per key, params expanded
     assert not (tmp_path / "run").exists()
 
 

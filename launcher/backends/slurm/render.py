@@ -117,7 +117,8 @@ def launch_line(spec: JobSpec, run_dir: Path, workdir: Path, python: str, mpirun
     spec's container) and, after `--`, the launcher it runs."""
     program = rank_command(spec, python, Path(run_dir), Path(workdir))
     if spec.slurm.launch == "srun":
-        argv = ["srun", f"--mpi={spec.slurm.srun_mpi}", "--kill-on-bad-exit=1", f"--nodes={spec.nodes}",
+        # --unbuffered: each task's output as it comes, not held until its newline (a progress bar)
+        argv = ["srun", f"--mpi={spec.slurm.srun_mpi}", "--kill-on-bad-exit=1", "--unbuffered", f"--nodes={spec.nodes}",
                 f"--ntasks-per-node={spec.processes_per_node}",
                 *pyxis_options(spec, Path(run_dir), Path(workdir), exported), *program]
     else:

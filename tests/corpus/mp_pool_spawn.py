@@ -1,0 +1,11 @@
+"""A multiprocessing pool (spawn), used and left open, as many data loaders do."""
+import multiprocessing as mp
+
+
+def square(x):
+    return x * x
+
+
+if __name__ == "__main__":
+    pool = mp.get_context("spawn").Pool(2)
+    print(pool.map(square, range(5)))

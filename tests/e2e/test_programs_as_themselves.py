@@ -1,0 +1,96 @@
+"""A program runs under jaxlaunch as under python (issue 43), for what the corpus's side-by-side
+comparison (test_corpus.py) cannot show: an orbax program as orbax's docs teach it, which ends, and
+resumes bit-identically after a preemption; a progress bar that is live; a program whose threads
+keep it from exiting, named while it waits."""
+
+import json
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from conftest import TESTS, jaxlaunch
+from program_runs import BIN, run_timed
+
+pytestmark = pytest.mark.e2e
+ORBAX = TESTS / "corpus" / "orbax_train.py"
+
+
+def orbax_run(tmp_path, name, *options, args=()):
+    folder = tmp_path / name
+    folder.mkdir()
+    argv = [str(BIN / "jaxlaunch"), "run", str(ORBAX), "-n", "2", "--run-dir", str(folder / "run"),
+            "--set", "timeout=240", *options, "--", "--ckpt-dir", str(folder / "ckpt"), "--out",
+            str(folder / "out.json"), *args]
+    return folder, argv
+
+
+def test_an_orbax_program_as_orbax_teaches_it_ends_soon_after_its_last_line(tmp_path):
+    """Before: both ranks finished, then waited forever on the idle thread of orbax's
+    CheckpointManager (the rank joined non-daemon threads before the threading exit hooks)."""
+    folder, argv = orbax_run(tmp_path, "whole")
+    code, lines, ended = run_timed(argv, tmp_path, timeout=240)
+    stderr = "".join(text for _, text in lines["stderr"])
+    assert code == 0, stderr[-3000:]
+    last = max(when for when, text in lines["stdout"] if "LAST LINE" in text)
+    assert ended - last < 4.0, f"the job ended {ended - last:.1f} s after the program's last line"
+    assert json.loads((folder / "out.json").read_text())["loss"] < 0.01
+    # orbax logs at INFO; the program never configured logging, so, as under python, none of it shows
+    assert "absl" not in stderr and "Saving checkpoint" not in stderr and "checkpoint" not in stderr.lower(), stderr
+
+
+def test_an_orbax_program_preempted_by_usr2_resumes_bit_identically(tmp_path):
+    """USR2 to `jaxlaunch run` with preemption_signal: SIGTERM: JAX's preemption notifier sees the
+    SIGTERM, orbax's reached_preemption agrees on a step, the program saves and exits 0: PREEMPTED.
+    `jaxlaunch run --resume` then restores orbax's latest step and ends with the bits of a run that
+    was never interrupted."""
+    whole, argv = orbax_run(tmp_path, "whole", args=["--steps", "40"])
+    assert subprocess.run(argv, capture_output=True, timeout=240).returncode == 0
+    cut, argv = orbax_run(tmp_path, "cut", "--set", "preemption_signal=SIGTERM",
+                          args=["--steps", "40", "--step-sleep", "0.1"])
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while not any((cut / "ckpt").glob("[0-9]*")):
+        assert process.poll() is None and time.monotonic() < deadline, process.communicate()[1][-3000:]
+        time.sleep(0.1)
+    process.send_signal(signal.SIGUSR2)
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 75, err.decode()[-3000:]  # PREEMPTED (EX_TEMPFAIL)
+    assert b"preempted at step" in out, out.decode()[-2000:]
+    assert not (cut / "out.json").exists()
+    resumed = jaxlaunch("run", "--resume", cut / "run", timeout=240)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "restored step" in resumed.stdout
+    assert json.loads((cut / "out.json").read_text()) == json.loads((whole / "out.json").read_text())
+
+
+def test_a_progress_bar_redraws_live_on_the_console(tmp_path):
+    """Before: every frame of a tqdm bar came at once, at the end (lines were passed on at newlines)."""
+    script = tmp_path / "bar.py"
+    script.write_text("import time\nfrom tqdm import tqdm\n"
+                      "for _ in tqdm(range(20), mininterval=0):\n    time.sleep(0.1)\n")
+    process = subprocess.Popen([str(BIN / "jaxlaunch"), "run", str(script), "-n", "1", "--run-dir", str(tmp_path / "run")],
+                               stderr=subprocess.PIPE, stdout=subprocess.DEVNULL)
+    frames = []
+    started = time.monotonic()
+    while chunk := os.read(process.stderr.fileno(), 65536):
+        frames += [time.monotonic() - started for _ in range(chunk.count(b"it/s]") + chunk.count(b"?it/s"))]
+    assert process.wait(60) == 0
+    assert len(frames) >= 10, frames
+    assert frames[-1] - frames[0] > 1.0, f"the frames came together: {frames}"
+
+
+def test_a_program_whose_thread_keeps_it_from_exiting_is_named_while_it_waits(tmp_path):
+    """The program returns, but a non-daemon thread of its runs on: the rank waits, as python would,
+    and after EXIT_REPORT_SECONDS says which thread and where (console and events.jsonl)."""
+    script = tmp_path / "lingering.py"
+    script.write_text("import threading, time\n\ndef keep_working():\n    time.sleep(13)\n\n"
+                      "threading.Thread(target=keep_working, name='uploader').start()\nprint('main is done')\n")
+    result = jaxlaunch("run", script, "-n", "1", "--run-dir", tmp_path / "run", timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "waits for 1 non-daemon thread(s)" in result.stderr and "uploader at " in result.stderr
+    events = [json.loads(line) for line in (tmp_path / "run" / "events.jsonl").read_text().splitlines()]
+    waiting = next(e for e in events if e["event"] == "exit_waiting")
+    assert waiting["threads"][0]["name"] == "uploader" and "in keep_working" in waiting["threads"][0]["where"]
