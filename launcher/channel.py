@@ -32,6 +32,8 @@ Rank N -> supervisor (the first line is hello: its rank and the secret):
     notice      NoticeSeen: a preemption notice reached this rank (and how)
     phase       PhaseChange: its main thread started or stopped compiling or a checkpoint save or
                 restore (the hang watchdog does not count compiling and allows a checkpoint longer)
+    activity    Activity: every 2 s, whether the rank's main thread's stack moved, where it is and
+                how busy the process was (the hang watchdog's progress without ctx.report)
     state       RankState: where the rank was when asked to stop (the hang report)
     done        RankDone: its entrypoint returned, after this many launcher collectives
 """
@@ -44,7 +46,7 @@ from dataclasses import asdict, dataclass, field
 MAX_LINE = 1 << 20          # a message longer than this is a protocol error
 HELLO_BYTES = 4096          # what a connection may send before its hello is accepted (a hello is ~80)
 HELLO_SECONDS = 10.0        # a connection must say hello within this long
-RANK_KINDS = ("started", "waiting", "abort", "notice", "state", "done", "progress", "phase")
+RANK_KINDS = ("started", "waiting", "abort", "notice", "state", "done", "progress", "phase", "activity")
 
 
 @dataclass
@@ -104,6 +106,16 @@ class PhaseChange:
 
 
 @dataclass
+class Activity:
+    rank: int
+    time: float
+    stack: str              # a fingerprint of the main thread's stack (ranks at one place share it)
+    moved: int              # 1: the stack changed since the last Activity, 0: it stood still
+    busy: float             # the process's CPU seconds per second since the last Activity
+    where: str              # the innermost frame of the job's own code
+
+
+@dataclass
 class NoticeSeen:
     rank: int
     sources: list[str]      # SIGUSR2, SIGTERM, supervisor
@@ -125,6 +137,7 @@ MESSAGE_FIELDS: dict[str, dict[str, tuple]] = {
     "done": {"collectives": (int,), "time": NUMBER},
     "progress": {},
     "phase": {"time": NUMBER},
+    "activity": {"time": NUMBER, "stack": (str,), "moved": (int,), "busy": NUMBER, "where": (str,)},
 }
 
 

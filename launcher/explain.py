@@ -79,8 +79,12 @@ def watchdog_lines(spec: JobSpec) -> list[str]:
     collective = (format_seconds(spec.collective_timeout) if spec.collective_timeout
                   else "off (collective_timeout: null)")
     timeout = format_seconds(spec.timeout) if spec.timeout else "none"
-    return [f"hang watchdog: {describe_setting(spec.hang_timeout)}",
-            f"a launcher collective may wait {collective}; the whole job may run {timeout} (timeout)"]
+    lines = [f"hang watchdog: {describe_setting(spec.hang_timeout)}"]
+    if spec.hang_timeout is not None:
+        lines.append("progress: each ctx.report() and, in a job that never reports (most programs), each rank's "
+                     "stack moving")
+    limit = f"the whole job may run {timeout} (timeout)" if spec.timeout else "the whole job has no time limit (timeout: null)"
+    return lines + [f"a launcher collective may wait {collective}; {limit}"]
 
 
 def transport_line(spec: JobSpec) -> str:

@@ -22,6 +22,10 @@ def progress_lines(job, name: str, verbose: bool, echo) -> None:
     """'job 12 step 420/1000 (42%), 12.3 steps/s, ETA 47 s; loss=0.123' (and, verbose, each rank's
     step time) for a job that reports progress (ctx.report); for one that has ended, the steps it
     did ('job 12 1000/1000 steps (100%), ...')."""
+    if not job.state().final:
+        still = still_line(job)
+        if still:
+            echo(f"{name} {still}")
     progress = job.progress()
     if progress is None:
         return
@@ -31,6 +35,30 @@ def progress_lines(job, name: str, verbose: bool, echo) -> None:
     if verbose:
         for line in progress.rank_lines():
             echo(line)
+
+
+STILL_SHOWN_SECONDS = 30  # a rank that has stood still this long is shown in `status`
+
+
+def still_line(job) -> str | None:
+    """'last progress: rank 0 2 s ago, rank 1 3 min 05 s ago' when a rank of a running job has not
+    moved (its stack, or a report) for STILL_SHOWN_SECONDS: the hang watchdog's view."""
+    import time
+
+    from .rundir.metrics import format_seconds
+
+    run = getattr(job, "run", None)
+    try:
+        status = run.status() if run is not None else None
+    except (OSError, ValueError):
+        return None
+    if status is None or not status.still or status.still_at is None:
+        return None
+    age = max(0.0, time.time() - status.still_at)
+    seconds = {int(rank): value + age for rank, value in status.still.items()}
+    if max(seconds.values()) < STILL_SHOWN_SECONDS:
+        return None
+    return "last progress: " + ", ".join(f"rank {rank} {format_seconds(s)} ago" for rank, s in sorted(seconds.items()))
 
 
 def job_lines(job, named: bool, verbose: bool, echo) -> None:

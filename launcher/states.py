@@ -98,6 +98,10 @@ class StatusRecord:
     # each swap ({cause, nodes, spares, attempt}), newest last
     replaced_nodes: dict | None = None
     spare_swaps: list | None = None
+    # rank -> seconds since its main thread's stack moved (or it reported), as of still_at: the
+    # hang watchdog's view, written by the supervisor while the job runs
+    still: dict | None = None
+    still_at: float | None = None
     supervisor_pid: int | None = None   # a local run's supervisor: pid, its start time, the host
     supervisor_start: int | None = None
     supervisor_host: str | None = None

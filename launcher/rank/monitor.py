@@ -35,7 +35,7 @@ import signal
 import threading
 import time
 
-from ..channel import AbortRequest, NoticeSeen, PhaseChange, RankDone, RankStarted, RankWaiting
+from ..channel import AbortRequest, Activity, NoticeSeen, PhaseChange, RankDone, RankStarted, RankWaiting
 from .channel import ControlClient
 from . import preemption
 from .progress import FLUSH_SECONDS, ProgressReporter
@@ -44,6 +44,8 @@ from .topology import node_name
 from .tracker import TRACKER, CollectiveTracker  # noqa: F401  (CollectiveTracker: for callers of this module)
 
 POLL_SECONDS = 0.2
+# How often a rank tells the supervisor whether its main thread's stack moved (and where it is).
+ACTIVITY_SECONDS = 2.0
 # A collective that waited this long is reported to the supervisor, which stops the job if a rank
 # that has left main will never join it; the grace lets a peer's last collective land first.
 EARLY_EXIT_GRACE_SECONDS = 1.0
@@ -70,6 +72,10 @@ class RankMonitor:
         self.reported_notice = False
         self.reported_wait: int | None = None  # the collective we last told the supervisor about
         self.phase: str | None = None  # compiling or checkpoint: the hang watchdog allows those longer
+        # The main thread's stack, for the watchdog of programs that never report (report_phase).
+        self._stack, self._moved = "", False
+        self._cpu, self._activity_at = time.process_time(), time.monotonic()
+        self._next_activity = self._activity_at + ACTIVITY_SECONDS
         self.lost_at: float | None = None
         self.progress = ProgressReporter(rank)
         # Rank 0's metrics go every poll: a crash loses at most POLL_SECONDS of them (goodput counts
@@ -200,11 +206,25 @@ class RankMonitor:
 
     def report_phase(self) -> None:
         """Tell the supervisor when the main thread starts or stops compiling or saving/restoring a
-        checkpoint: its hang watchdog does not count compiling, and allows a checkpoint longer."""
-        phase = stacks.phase(self.main_thread)
+        checkpoint: its hang watchdog does not count compiling, and allows a checkpoint longer.
+        Every ACTIVITY_SECONDS, say whether the main thread's stack moved since the last time, and
+        where it is: the watchdog's progress for a program that never calls ctx.report."""
+        frames = stacks.stack_of(self.main_thread)
+        phase = stacks.phase(self.main_thread, frames)
         if phase != self.phase:
             self.phase = phase
             self.send("phase", PhaseChange(self.rank, phase, time.time()))
+        stack = stacks.fingerprint(frames)
+        if stack != self._stack:
+            self._stack, self._moved = stack, True
+        now = time.monotonic()
+        if now >= self._next_activity:
+            cpu = time.process_time()
+            busy = (cpu - self._cpu) / max(now - self._activity_at, 1e-3)
+            self.send("activity", Activity(self.rank, time.time(), stack, int(self._moved), round(busy, 2),
+                                           stacks.innermost_place(frames)))
+            self._moved, self._cpu, self._activity_at = False, cpu, now
+            self._next_activity = now + ACTIVITY_SECONDS
 
     def report_notice(self) -> None:
         """Tell the supervisor a notice reached this rank, even if the job then dies before it can

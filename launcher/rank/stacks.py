@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ast
 import faulthandler
+import hashlib
 import inspect
 import linecache
 import os
@@ -108,6 +109,19 @@ def _frame_objects(thread_id: int) -> list:
         sys.setswitchinterval(interval)
 
 
+def fingerprint(frames: list[tuple[str, int, str]]) -> str:
+    """A short name for a stack (every frame's file, line and function): two ranks at the same
+    place of the same program have the same one, and a thread whose stack did not change keeps it."""
+    return hashlib.blake2b(repr(frames).encode(), digest_size=8).hexdigest()
+
+
+def innermost_place(frames: list[tuple[str, int, str]]) -> str:
+    """'file.py:LINE in FUNCTION' of the innermost frame of the job's own code, else the innermost."""
+    own = next((f for f in frames if is_own_code(f[0])), None)
+    chosen = own or (frames[0] if frames else None)
+    return describe(chosen) if chosen is not None else "(no Python frame)"
+
+
 def describe(entry: tuple[str, int, str]) -> str:
     filename, line, function = entry
     return f"{filename}:{line} in {function}"
@@ -116,10 +130,7 @@ def describe(entry: tuple[str, int, str]) -> str:
 def where_is(thread_id: int) -> str:
     """'file.py:LINE in FUNCTION' for the innermost frame of the job's own code in that thread,
     else the innermost frame at all."""
-    frames = stack_of(thread_id)
-    own = next((f for f in frames if is_own_code(f[0])), None)
-    chosen = own or (frames[0] if frames else None)
-    return describe(chosen) if chosen is not None else "(no Python frame)"
+    return innermost_place(stack_of(thread_id))
 
 
 def _kind_of_frame(filename: str, function: str) -> tuple[str, str] | None:
@@ -145,10 +156,10 @@ def _kind_of_frame(filename: str, function: str) -> tuple[str, str] | None:
     return None
 
 
-def phase(thread_id: int) -> str | None:
+def phase(thread_id: int, frames: list[tuple[str, int, str]] | None = None) -> str | None:
     """'compiling' or 'checkpoint' while the thread is in one (anywhere on its stack), else None.
-    Called every monitor poll: file names only, no source."""
-    for filename, _, function in stack_of(thread_id):
+    Called every monitor poll: file names only, no source. `frames`: stack_of(thread_id), if read."""
+    for filename, _, function in stack_of(thread_id) if frames is None else frames:
         found = _kind_of_frame(filename, function)
         if found is not None and found[0] in ("compiling", "checkpoint"):
             return found[0]

@@ -55,6 +55,9 @@ def parse_duration(value: Any) -> int:
 # a healthy job must never meet it (an evaluation between reports counts as one long step).
 HANG_FLOOR_SECONDS = 600
 HANG_STEP_FACTOR = 20
+# With `auto`, a stall in which the ranks stand at different places (some waiting for their peers,
+# one elsewhere, idle) is the classic hang with a culprit: it is ended after this long.
+HANG_SPLIT_SECONDS = 120
 AUTO = "auto"
 
 

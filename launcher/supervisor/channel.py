@@ -344,7 +344,11 @@ class ControlServer:
             self.watchdog.progress(connection.rank, message)
         elif self.watchdog is not None and kind == "phase":
             self.watchdog.phase(connection.rank, message.get("phase"))
-        if kind not in ("progress", "phase"):  # for people and the watchdog: no reason to wake the loop
+        elif self.watchdog is not None and kind == "activity":
+            self.watchdog.activity(connection.rank, message)
+        elif self.watchdog is not None and kind == "done":
+            self.watchdog.finish(connection.rank)
+        if kind not in ("progress", "phase", "activity"):  # for people and the watchdog: no reason to wake the loop
             self.changed.set()
         return True
 

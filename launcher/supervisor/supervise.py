@@ -64,6 +64,7 @@ STOP_STATES = {"timeout": JobState.TIMEOUT, "collective_timeout": JobState.TIMEO
 # A job that has not reported this long after its ranks started is told, once, that the hang
 # watchdog waits for its first ctx.report() (until then only timeout and collective_timeout apply).
 UNARMED_NOTE_SECONDS = 60.0
+STILL_WRITE_SECONDS = 5.0  # how often status.json learns how long each rank has stood still
 NO_RESTART = ("timeout", "cancelled")  # the job's time is spent, or the user asked to stop
 
 
@@ -313,7 +314,7 @@ class Supervisor:
 
     def _attempt(self, attempt: int) -> tuple[str, dict | None, str | None]:
         self.run.logs.mkdir(parents=True, exist_ok=True)
-        self.watchdog = HangWatchdog(self.spec.hang_timeout)
+        self.watchdog = HangWatchdog(self.spec.hang_timeout, size=self.spec.num_processes)
         self.channel = ControlServer(self.run, self.control_host, size=self.spec.num_processes,
                                      watchdog=self.watchdog).start()
         self.run.log_event("attempt_started", attempt=attempt)  # the goodput timeline (launcher/goodput.py)
@@ -355,6 +356,7 @@ class Supervisor:
             reader.start()
         stop_reason, detail = None, ""
         seen_lines, rank_reported_dead = 0, None
+        still_due = time.monotonic() + STILL_WRITE_SECONDS
         while process.poll() is None:
             if self.notice_time is not None and not self.notice_sent:
                 self._send_notice()
@@ -374,6 +376,11 @@ class Supervisor:
                 self.run.log_event("launcher_hung", seconds=LAUNCHER_EXIT_SECONDS)
                 self._terminate(process)
                 break
+            if time.monotonic() >= still_due:  # how long each rank has stood still, for `jaxlaunch status`
+                still_due = time.monotonic() + STILL_WRITE_SECONDS
+                still = self.watchdog.last_moved()
+                if still:
+                    self.run.update_status(still={str(r): s for r, s in sorted(still.items())}, still_at=time.time())
             # Wakes at once on a rank's message, else after POLL_SECONDS to see if the launcher ended.
             self.channel.changed.wait(POLL_SECONDS)
             self.channel.changed.clear()
@@ -438,19 +445,15 @@ class Supervisor:
         return None, ""
 
     def _note_unarmed_watchdog(self) -> None:
-        """Say once that a job which has not reported has no hang watchdog yet."""
+        """Say once what watches a job that has not reported: the ranks' stacks."""
         if self.unarmed_noted or self.spec.hang_timeout is None or self.watchdog.reported:
             return
         started = [r["time"] for r in self.channel.started()]
         if len(started) < self.spec.num_processes or time.time() - max(started) < UNARMED_NOTE_SECONDS:
             return
         self.unarmed_noted = True
-        limits = f"timeout={self.spec.timeout} s" if self.spec.timeout else "no timeout"
-        if self.spec.collective_timeout:
-            limits += f" and collective_timeout={self.spec.collective_timeout} s"
         self.echo(f"jaxlaunch: no ctx.report() from the job in its first {UNARMED_NOTE_SECONDS:.0f} s: the hang "
-                  f"watchdog (hang_timeout: {describe_setting(self.spec.hang_timeout)}) starts at the first "
-                  f"report; until then only {limits} stop a hung job")
+                  f"watchdog follows the ranks' stacks (hang_timeout: {describe_setting(self.spec.hang_timeout)})")
 
     def _stop_job(self, process, reason: str, detail: str, attempt: int) -> None:
         """Ask every rank for its stacks and state, wait briefly for the answers, then end the job."""

@@ -14,19 +14,54 @@ is seen as hung as surely as one stuck in `launcher.allreduce`.
 - `hang_timeout: auto` (the default) is max(HANG_FLOOR_SECONDS, HANG_STEP_FACTOR x the slowest
   interval between two reports seen so far): generous, so that a healthy job never meets it.
 
+Most programs never call ctx.report, and a stall in one that does may be the classic hang. So the
+ranks' main-thread stacks are progress too: each rank's monitor says every 2 s whether its stack
+moved, where it stands and how busy its process was (launcher/rank/monitor.py, `activity`). Once
+every rank has spoken, a stall is a time in which no rank reported and no rank's stack moved:
+- split: the ranks stand at different places and those apart from the largest group (the
+  culprits) use no CPU (a loader stuck on a dead filesystem, a deadlock): ended after
+  HANG_SPLIT_SECONDS (auto) or hang_timeout;
+- every rank at one place (one long XLA execution, an evaluation, a long step) or a busy culprit:
+  for a job that never reported, ended only after max(HANG_FLOOR_SECONDS, HANG_STEP_FACTOR x the
+  longest stall that ended by itself) (auto) or hang_timeout; a job that reports has the bound of
+  its reports.
+Compiling stops the clock and a checkpoint gets CHECKPOINT_FACTOR times, as for reports.
+
 The clock is the supervisor's own (monotonic, at the message's arrival), so ranks on other hosts
 with skewed clocks cannot fool it; ranks other than 0 send every 2 s, the resolution it works at.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
-from ..spec.model import AUTO, HANG_FLOOR_SECONDS, HANG_STEP_FACTOR
+from collections import Counter
+
+from ..spec.model import AUTO, HANG_FLOOR_SECONDS, HANG_SPLIT_SECONDS, HANG_STEP_FACTOR
 
 CHECKPOINT_FACTOR = 4
+SCALE_ENV = "JAXLAUNCH_WATCHDOG_SCALE"  # tests only: auto's stall bounds times this
+BUSY = 0.5  # CPU seconds per second: a rank that uses this much is working, not stalled
 COMPILING, CHECKPOINT = "compiling", "checkpoint"
+
+
+def stand_apart(stacks: dict[int, dict]) -> tuple[list[int], bool]:
+    """(the ranks apart from the others, whether the stall has the shape of a hang with a culprit).
+    With a largest group of ranks at one place, the others are apart, and it is that shape when
+    none of them is busy (a rank that computes alone, an evaluation on rank 0, is working). With no
+    largest group (two ranks, two places), which side waits cannot be told from the stacks alone:
+    it is that shape only when no rank is busy (the roll-call names the culprit afterwards)."""
+    groups = Counter(entry["stack"] for entry in stacks.values())
+    if len(groups) < 2:
+        return [], False
+    sizes = sorted(groups.values(), reverse=True)
+    first_stack = {entry["stack"]: rank for rank, entry in sorted(stacks.items(), reverse=True)}
+    waiting = max(groups, key=lambda stack: (groups[stack], -first_stack[stack]))
+    apart = sorted(rank for rank, entry in stacks.items() if entry["stack"] != waiting)
+    judged = apart if sizes[0] > sizes[1] else list(stacks)
+    return apart, all(stacks[rank]["busy"] < BUSY for rank in judged)
 
 
 def format_seconds(seconds: float) -> str:
@@ -43,7 +78,8 @@ def describe_setting(hang_timeout) -> str:
     if hang_timeout is None:
         return "off (hang_timeout: null)"
     if hang_timeout == AUTO:
-        return (f"auto: max({format_seconds(HANG_FLOOR_SECONDS)}, {HANG_STEP_FACTOR}x the slowest step so far); "
+        return (f"auto: {format_seconds(HANG_SPLIT_SECONDS)} when the ranks stall apart (a culprit), "
+                f"else max({format_seconds(HANG_FLOOR_SECONDS)}, {HANG_STEP_FACTOR}x the slowest step so far); "
                 f"a checkpoint save or restore gets {CHECKPOINT_FACTOR}x; compiling is not counted")
     return (f"{format_seconds(hang_timeout)}; a checkpoint save or restore gets "
             f"{format_seconds(CHECKPOINT_FACTOR * hang_timeout)}; compiling is not counted")
@@ -53,9 +89,16 @@ class HangWatchdog:
     """Fed by the control server's thread (`progress`, `phase`), asked by the supervisor's loop
     (`check`). One per attempt."""
 
-    def __init__(self, hang_timeout, clock=time.monotonic):
+    def __init__(self, hang_timeout, clock=time.monotonic, size: int = 0):
         self.hang_timeout = hang_timeout
         self.clock = clock
+        self.size = size               # ranks in the job: stacks are judged once each has spoken
+        # Tests shrink the automatic bounds (minutes) to seconds; never set in a real job.
+        self.scale = float(os.environ.get(SCALE_ENV, "1") or 1)
+        self.stacks: dict[int, dict] = {}  # rank -> its last activity: stack, where, busy
+        self.finished: set[int] = set()    # ranks whose entrypoint returned
+        self.last_move: float | None = None  # when a rank's stack last moved (or a report came)
+        self.longest_still = 0.0       # the longest time no stack moved, that ended by itself
         self.reported = False          # a report arrived in this attempt
         self.last_activity: float | None = None  # a report, or a rank entering or leaving a phase
         self.slowest_step = 0.0        # seconds, the longest interval between two reports seen
@@ -86,6 +129,25 @@ class HangWatchdog:
             if previous is not None:
                 self._last_report_time[rank] = previous
 
+    def activity(self, rank: int, message: dict) -> None:
+        """A rank's stack, every ACTIVITY_SECONDS (launcher/channel.py's Activity)."""
+        with self._lock:
+            now = self.clock()
+            before = self.stacks.get(rank)
+            moved_at = before["moved_at"] if before is not None else now
+            if message.get("moved") or before is None or before["stack"] != message.get("stack"):
+                if self.last_move is not None:
+                    self.longest_still = max(self.longest_still, now - self.last_move)
+                self.last_move = moved_at = now
+            self.stacks[rank] = {"stack": message.get("stack"), "where": message.get("where"),
+                                 "busy": message.get("busy") or 0.0, "moved_at": moved_at}
+
+    def finish(self, rank: int) -> None:
+        """The rank's entrypoint returned: its stack no longer stands anywhere."""
+        with self._lock:
+            self.finished.add(rank)
+            self.stacks.pop(rank, None)
+
     def phase(self, rank: int, phase: str | None) -> None:
         with self._lock:
             if phase is None:
@@ -106,6 +168,51 @@ class HangWatchdog:
 
     def check(self) -> str | None:
         """Why the job is hung, or None."""
+        return self._check_reports() or self._check_stacks()
+
+    def stall_limits(self) -> tuple[float, float] | None:
+        """(split, together): the stall allowed when the ranks stand apart with idle culprits, and
+        when they stand together (or a culprit is busy). None: off."""
+        if self.hang_timeout is None:
+            return None
+        if self.hang_timeout != AUTO:
+            return float(self.hang_timeout), float(self.hang_timeout)
+        together = max(HANG_FLOOR_SECONDS * self.scale, HANG_STEP_FACTOR * max(self.longest_still, self.slowest_step))
+        return HANG_SPLIT_SECONDS * self.scale, together
+
+    def _check_stacks(self) -> str | None:
+        limits = self.stall_limits()
+        with self._lock:
+            running = self.size - len(self.finished)
+            if limits is None or running <= 0 or len(self.stacks) < running or self.last_move is None:
+                return None  # off, or not every rank has said where it stands yet
+            phases = set(self.phases.values())
+            if COMPILING in phases:
+                return None
+            factor = CHECKPOINT_FACTOR if CHECKPOINT in phases else 1
+            idle = self.clock() - max(self.last_move, self.last_activity or 0.0)
+            stacks, reported = dict(self.stacks), self.reported
+        apart, idle_apart = stand_apart(stacks)
+        split, together = limits
+        auto = self.hang_timeout == AUTO
+        if idle_apart and idle > split * factor:
+            where = "; ".join(f"rank {r} at {stacks[r]['where']}" for r in apart[:4])
+            rest = [r for r in stacks if r not in apart]
+            return (f"no rank made progress for {idle:.0f} s, and the ranks stand apart: {where}, while "
+                    f"{len(rest)} rank(s) wait at {stacks[rest[0]]['where']} (hang_timeout: "
+                    f"{'auto, ' if auto else ''}{format_seconds(split * factor)} for a stall with a culprit)")
+        if idle > together * factor and not reported:  # a job that reports: _check_reports's bound
+            return (f"no rank made progress for {idle:.0f} s, every rank standing still (hang_timeout: "
+                    f"{'auto, ' if auto else ''}{format_seconds(together * factor)})")
+        return None
+
+    def last_moved(self) -> dict[int, float]:
+        """rank -> seconds since its stack last moved or it reported, as the watchdog sees it."""
+        with self._lock:
+            now = self.clock()
+            return {rank: round(now - entry["moved_at"], 1) for rank, entry in self.stacks.items()}
+
+    def _check_reports(self) -> str | None:
         limit = self.limit()
         with self._lock:
             phases = set(self.phases.values())

@@ -94,3 +94,34 @@ def test_a_program_whose_thread_keeps_it_from_exiting_is_named_while_it_waits(tm
     events = [json.loads(line) for line in (tmp_path / "run" / "events.jsonl").read_text().splitlines()]
     waiting = next(e for e in events if e["event"] == "exit_waiting")
     assert waiting["threads"][0]["name"] == "uploader" and "in keep_working" in waiting["threads"][0]["where"]
+
+
+STALL = TESTS / "jobs" / "programs" / "stall_in_loader.py"
+
+
+@pytest.mark.parametrize("reports", [False, True], ids=["never-reports", "reports-every-0.1s"])
+def test_a_stall_in_the_loader_is_ended_with_its_culprit_named_under_the_default_watchdog(tmp_path, reports):
+    """Rank 1 stuck in its loader while rank 0 waits in XLA's all-reduce. Before: a program that
+    never reports was never stopped (the watchdog armed at the first report), and one that reports
+    every 0.1 s was stopped 10 min after the stall. Now the ranks' stacks stand apart and the
+    culprit uses no CPU: ended after HANG_SPLIT_SECONDS (auto, the default; scaled to 1/20 here by
+    the tests-only JAXLAUNCH_WATCHDOG_SCALE), with the roll-call naming rank 1 in load_batch."""
+    from launcher.spec.model import HANG_SPLIT_SECONDS
+
+    scale = 0.05
+    stalled = tmp_path / "stalled"
+    run_dir = tmp_path / "run"
+    env = {**os.environ, "JAXLAUNCH_WATCHDOG_SCALE": str(scale)}
+    started = time.time()
+    result = jaxlaunch("run", STALL, "-n", "2", "--run-dir", run_dir, "--", "--stalled", stalled,
+                       *(["--report"] if reports else []), env=env, timeout=240)
+    assert result.returncode == 124, result.stderr[-3000:]
+    ended = (run_dir / "status.json").stat().st_mtime
+    took = ended - float(stalled.read_text())
+    assert HANG_SPLIT_SECONDS * scale - 1 < took < HANG_SPLIT_SECONDS * scale + 30, took
+    failure = json.loads((run_dir / "failure.json").read_text())
+    assert failure["reason"] == "hang", failure["summary"]
+    roll = failure["hang"]["roll_call"]
+    assert [c["rank"] for c in roll["culprits"]] == [1] and "in load_batch" in roll["culprits"][0]["where"], roll
+    assert "the ranks stand apart: rank 1 at" in result.stderr and "load_batch" in result.stderr
+    assert time.time() - started < 200

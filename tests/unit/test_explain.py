@@ -152,3 +152,18 @@ def test_transport_xla_without_jax_distributed_is_refused_with_the_fix(write_spe
     assert result.exit_code == 2 and "Traceback" not in result.output
     assert "job.yaml:6: transport: XLA's collectives run over JAX's multi-process runtime; set jax_distributed: true" \
         in result.output, result.output
+
+
+def test_explain_says_which_watchdog_a_program_gets_and_a_missing_time_limit_in_words(write_spec):
+    """Issue 43: a program that never reports is watched through its ranks' stacks; issue 44: 'the
+    whole job may run none (timeout)' read as nonsense."""
+    from launcher.explain import watchdog_lines
+
+    lines = watchdog_lines(load_spec(write_spec("name: x\nentrypoint: m:f\n")))
+    assert lines[0].startswith("hang watchdog: auto: 2 min when the ranks stall apart (a culprit), else max(10 min")
+    assert lines[1] == ("progress: each ctx.report() and, in a job that never reports (most programs), each rank's "
+                        "stack moving")
+    assert lines[2] == "a launcher collective may wait 30 min; the whole job has no time limit (timeout: null)"
+    off = watchdog_lines(load_spec(write_spec("name: x\nentrypoint: m:f\nhang_timeout: null\ntimeout: 5m\n")))
+    assert off == ["hang watchdog: off (hang_timeout: null)",
+                   "a launcher collective may wait 30 min; the whole job may run 5 min (timeout)"]

@@ -93,6 +93,125 @@ def test_auto_is_the_floor_or_twenty_times_the_slowest_step():
     assert "hang_timeout: auto, 30 min now" in dog.check()
 
 
+# --- the watchdog of programs that never report: the ranks' stacks -------------------------------
+
+def activity(stack, moved=0, busy=0.0, where=None):
+    return {"time": 0.0, "stack": stack, "moved": moved, "busy": busy, "where": where or f"prog.py:1 in {stack}"}
+
+
+def test_a_program_that_never_reports_is_ended_when_its_ranks_stall_apart_with_an_idle_culprit():
+    """Rank 1 stuck in its loader (idle), ranks 0 and 2 waiting in XLA's collective at one place:
+    HANG_SPLIT_SECONDS with auto, though no rank ever reported."""
+    from launcher.spec.model import HANG_SPLIT_SECONDS
+
+    clock = Clock()
+    dog = HangWatchdog("auto", clock, size=3)
+    for rank, stack in ((0, "step"), (1, "loader"), (2, "step")):
+        dog.activity(rank, activity(stack, moved=1))
+    assert dog.check() is None
+    clock.now += HANG_SPLIT_SECONDS - 1
+    for rank, stack in ((0, "step"), (1, "loader"), (2, "step")):
+        dog.activity(rank, activity(stack, busy=1.0 if rank != 1 else 0.0))  # the waiting ranks spin in MPI
+    assert dog.check() is None
+    clock.now += 2
+    found = dog.check()
+    assert found.startswith(f"no rank made progress for {HANG_SPLIT_SECONDS + 1} s, and the ranks stand apart: "
+                            "rank 1 at prog.py:1 in loader, while 2 rank(s) wait at prog.py:1 in step"), found
+    assert dog.last_moved() == {0: HANG_SPLIT_SECONDS + 1, 1: HANG_SPLIT_SECONDS + 1, 2: HANG_SPLIT_SECONDS + 1}
+
+
+def test_a_stack_that_moves_is_progress():
+    clock = Clock()
+    dog = HangWatchdog(10, clock, size=2)
+    dog.activity(0, activity("a"))
+    dog.activity(1, activity("b"))
+    for _ in range(20):
+        clock.now += 9
+        dog.activity(0, activity("a", moved=1))  # rank 0 works: its stack changes between samples
+        assert dog.check() is None
+    clock.now += 10.5
+    assert "stand apart" in dog.check()
+
+
+def test_every_rank_at_one_place_gets_the_long_learned_bound_not_the_split_one():
+    """One long XLA step (or a 5-minute evaluation) on every rank: the same stack everywhere. Not
+    the split bound; the floor, then 20x the longest stall that ended by itself."""
+    from launcher.spec.model import HANG_FLOOR_SECONDS, HANG_SPLIT_SECONDS, HANG_STEP_FACTOR
+
+    clock = Clock()
+    dog = HangWatchdog("auto", clock, size=2)
+    for rank in (0, 1):
+        dog.activity(rank, activity("xla-step", moved=1))
+    clock.now += 300  # a 5-minute evaluation: no alarm
+    assert dog.check() is None
+    for rank in (0, 1):
+        dog.activity(rank, activity("next-step", moved=1))  # it ended: 300 s learned
+    assert dog.stall_limits() == (HANG_SPLIT_SECONDS, HANG_STEP_FACTOR * 300.0)
+    clock.now += HANG_FLOOR_SECONDS + 1
+    assert dog.check() is None
+    clock.now += HANG_STEP_FACTOR * 300.0
+    assert "every rank standing still (hang_timeout: auto, 100 min)" in dog.check()
+
+
+def test_a_busy_rank_apart_from_the_rest_is_working_not_stalled():
+    """Rank 0 of three evaluates alone (CPU busy) while ranks 1 and 2 wait at a barrier."""
+    from launcher.spec.model import HANG_FLOOR_SECONDS, HANG_SPLIT_SECONDS
+
+    clock = Clock()
+    dog = HangWatchdog("auto", clock, size=3)
+    for rank, stack in ((0, "evaluate"), (1, "barrier"), (2, "barrier")):
+        dog.activity(rank, activity(stack, moved=1, busy=1.0 if rank == 0 else 0.0))
+    clock.now += HANG_SPLIT_SECONDS * 3
+    assert dog.check() is None
+    clock.now += HANG_FLOOR_SECONDS
+    assert "every rank standing still" in dog.check()
+
+
+def test_two_ranks_two_places_stall_apart_only_when_neither_is_busy():
+    """With no larger group, the stacks cannot say which side waits: a busy rank may be the one
+    computing alone, so the split bound needs both idle (a gloo wait blocks; an MPI wait spins)."""
+    from launcher.spec.model import HANG_SPLIT_SECONDS
+
+    clock = Clock()
+    dog = HangWatchdog("auto", clock, size=2)
+    dog.activity(0, activity("step", moved=1, busy=1.0))
+    dog.activity(1, activity("loader", moved=1))
+    clock.now += HANG_SPLIT_SECONDS + 1
+    assert dog.check() is None
+    dog.activity(0, activity("step", busy=0.0))
+    assert "and the ranks stand apart: rank 1 at prog.py:1 in loader" in dog.check()
+
+
+def test_compiling_and_checkpoints_count_for_stacks_as_for_reports():
+    clock = Clock()
+    dog = HangWatchdog(10, clock, size=2)
+    dog.activity(0, activity("a", moved=1))
+    dog.activity(1, activity("b", moved=1))
+    dog.phase(1, "compiling")
+    clock.now += 1000
+    assert dog.check() is None
+    dog.phase(1, "checkpoint")
+    clock.now += 10 * CHECKPOINT_FACTOR - 1
+    assert dog.check() is None
+    clock.now += 2
+    assert "40 s" in dog.check()  # the checkpoint's allowance, 4x hang_timeout
+
+
+def test_stacks_are_judged_only_once_every_running_rank_has_spoken_and_a_finished_rank_is_left_out():
+    clock = Clock()
+    dog = HangWatchdog(10, clock, size=2)
+    dog.activity(0, activity("a", moved=1))
+    clock.now += 1000
+    assert dog.check() is None  # rank 1 never said where it stands (start-up)
+    dog.activity(1, activity("b"))
+    clock.now += 11
+    assert "stand apart" in dog.check()
+    dog.finish(1)  # rank 1 returned from main: rank 0 alone, at one place
+    assert dog.check() is not None and "every rank standing still" in dog.check()
+    dog.finish(0)
+    assert dog.check() is None
+
+
 def test_off_never_fires():
     clock = Clock()
     dog = HangWatchdog(None, clock)
@@ -368,7 +487,7 @@ def test_no_shutdown_without_a_runtime(monkeypatch):
 
 # --- the supervisor's note for a job that never reports --------------------------------------
 
-def test_a_job_that_has_not_reported_is_told_once_that_the_watchdog_waits_for_its_first_report(write_spec, tmp_path):
+def test_a_job_that_has_not_reported_is_told_once_that_the_watchdog_follows_its_stacks(write_spec, tmp_path):
     import types
 
     from launcher.rundir import RunDirectory
@@ -390,7 +509,7 @@ def test_a_job_that_has_not_reported_is_told_once_that_the_watchdog_waits_for_it
     supervisor._note_unarmed_watchdog()
     supervisor._note_unarmed_watchdog()
     assert len(said) == 1 and "no ctx.report() from the job in its first 60 s" in said[0]
-    assert "collective_timeout=1800 s" in said[0]
+    assert "the hang watchdog follows the ranks' stacks" in said[0] and "2 min when the ranks stall apart" in said[0]
 
 
 def test_the_monitors_poll_reads_stacks_without_walking_frame_objects(monkeypatch):
@@ -453,3 +572,22 @@ def test_a_hang_leaves_the_culprits_node_behind_only_where_the_allocation_can_do
                                                     {"rank": 1, "host": "n2", "why": "y"}]}}}
     cluster.spare = True
     assert supervisor._hang_culprit_nodes("hang", everyone) == {}  # never every node of the job
+
+
+def test_status_says_how_long_ago_each_rank_of_a_running_job_last_made_progress(tmp_path):
+    """Before: `status` showed 'step 4/1000 (0%), 7.87 steps/s, ETA 2 min 06 s' long after the stall,
+    with no sign of it. The supervisor writes each rank's still time into status.json (the watchdog's
+    view); a rank still for 30 s or more is shown."""
+    import types
+
+    from launcher.job_tables import still_line
+    from launcher.rundir import RunDirectory
+    from launcher.states import JobState
+
+    run = RunDirectory(tmp_path / "run")
+    run.path.mkdir()
+    job = types.SimpleNamespace(run=run, state=lambda: JobState.RUNNING)
+    run.update_status(state=JobState.RUNNING, still={"0": 1.0, "1": 20.0}, still_at=time.time())
+    assert still_line(job) is None  # nobody still for 30 s yet
+    run.update_status(still={"0": 1.0, "1": 20.0}, still_at=time.time() - 15)  # written 15 s ago
+    assert still_line(job) == "last progress: rank 0 16 s ago, rank 1 35 s ago"
