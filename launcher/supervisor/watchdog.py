@@ -44,6 +44,7 @@ from ..spec.model import AUTO, HANG_FLOOR_SECONDS, HANG_SPLIT_SECONDS, HANG_STEP
 CHECKPOINT_FACTOR = 4
 SCALE_ENV = "JAXLAUNCH_WATCHDOG_SCALE"  # tests only: auto's stall bounds times this
 BUSY = 0.5  # CPU seconds per second: a rank that uses this much is working, not stalled
+SILENT_SECONDS = 10.0  # a rank whose activity stopped coming this long ago is not busy (it is frozen)
 COMPILING, CHECKPOINT = "compiling", "checkpoint"
 
 
@@ -140,7 +141,7 @@ class HangWatchdog:
                     self.longest_still = max(self.longest_still, now - self.last_move)
                 self.last_move = moved_at = now
             self.stacks[rank] = {"stack": message.get("stack"), "where": message.get("where"),
-                                 "busy": message.get("busy") or 0.0, "moved_at": moved_at}
+                                 "busy": message.get("busy") or 0.0, "moved_at": moved_at, "at": now}
 
     def finish(self, rank: int) -> None:
         """The rank's entrypoint returned: its stack no longer stands anywhere."""
@@ -190,8 +191,12 @@ class HangWatchdog:
             if COMPILING in phases:
                 return None
             factor = CHECKPOINT_FACTOR if CHECKPOINT in phases else 1
-            idle = self.clock() - max(self.last_move, self.last_activity or 0.0)
-            stacks, reported = dict(self.stacks), self.reported
+            now = self.clock()
+            idle = now - max(self.last_move, self.last_activity or 0.0)
+            # A rank that stopped telling (SIGSTOPped, or holding the GIL in C) uses no CPU that counts.
+            stacks = {rank: {**entry, "busy": entry["busy"] if now - entry["at"] < SILENT_SECONDS else 0.0}
+                      for rank, entry in self.stacks.items()}
+            reported = self.reported
         apart, idle_apart = stand_apart(stacks)
         split, together = limits
         auto = self.hang_timeout == AUTO

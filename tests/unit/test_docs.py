@@ -243,3 +243,12 @@ def test_every_tutorial_page_with_commands_is_run_by_a_test():
     tested |= {ROOT / "docs" / "tutorials" / "containers.md"}  # below, with the image the container tests build
     assert set(pages) <= tested, f"untested tutorial commands in {sorted(set(pages) - tested)}"
     assert {str(p.relative_to(ROOT / "docs")) for p in pages} <= set(OUTPUT_PAGES), "a tutorial shows no output"
+
+
+def test_the_existing_programs_page_says_how_a_script_tells_its_rank_and_what_differs_from_python():
+    """Issue 43, finding 8: without jax.distributed, jax.process_index() is 0 on every rank, and a
+    rank-0 guard built on it let both ranks write the same file; the page did not say to read RANK."""
+    page = (ROOT / "docs" / "how-to" / "existing-programs.md").read_text()
+    assert "`jax.process_index()` is 0 on every rank" in page
+    assert 'if int(os.environ.get("RANK", "0")) == 0:' in page
+    assert "## What differs from python, and why" in page and "tests/e2e/test_corpus.py" in page

@@ -159,11 +159,16 @@ def test_a_busy_rank_apart_from_the_rest_is_working_not_stalled():
 
     clock = Clock()
     dog = HangWatchdog("auto", clock, size=3)
-    for rank, stack in ((0, "evaluate"), (1, "barrier"), (2, "barrier")):
-        dog.activity(rank, activity(stack, moved=1, busy=1.0 if rank == 0 else 0.0))
+    def tell(moved=0):
+        for rank, stack in ((0, "evaluate"), (1, "barrier"), (2, "barrier")):
+            dog.activity(rank, activity(stack, moved=moved, busy=1.0 if rank == 0 else 0.0))
+
+    tell(moved=1)
     clock.now += HANG_SPLIT_SECONDS * 3
+    tell()
     assert dog.check() is None
     clock.now += HANG_FLOOR_SECONDS
+    tell()
     assert "every rank standing still" in dog.check()
 
 
@@ -177,6 +182,8 @@ def test_two_ranks_two_places_stall_apart_only_when_neither_is_busy():
     dog.activity(0, activity("step", moved=1, busy=1.0))
     dog.activity(1, activity("loader", moved=1))
     clock.now += HANG_SPLIT_SECONDS + 1
+    dog.activity(0, activity("step", busy=1.0))  # an MPI wait that spins
+    dog.activity(1, activity("loader"))
     assert dog.check() is None
     dog.activity(0, activity("step", busy=0.0))
     assert "and the ranks stand apart: rank 1 at prog.py:1 in loader" in dog.check()
@@ -440,7 +447,8 @@ def test_explain_shows_the_limits_in_force(write_spec):
     spec = load_spec(write_spec("name: x\nentrypoint: m:f\nhang_timeout: 2m\n"))
     assert watchdog_lines(spec) == [
         "hang watchdog: 2 min; a checkpoint save or restore gets 8 min; compiling is not counted",
-        "a launcher collective may wait 30 min; the whole job may run none (timeout)"]
+        "progress: each ctx.report() and, in a job that never reports (most programs), each rank's stack moving",
+        "a launcher collective may wait 30 min; the whole job has no time limit (timeout: null)"]
 
 
 def test_the_nccl_termination_timeout_follows_hang_timeout_unless_the_user_set_it():
@@ -591,3 +599,16 @@ def test_status_says_how_long_ago_each_rank_of_a_running_job_last_made_progress(
     assert still_line(job) is None  # nobody still for 30 s yet
     run.update_status(still={"0": 1.0, "1": 20.0}, still_at=time.time() - 15)  # written 15 s ago
     assert still_line(job) == "last progress: rank 0 16 s ago, rank 1 35 s ago"
+
+
+def test_a_rank_that_stopped_telling_counts_as_idle():
+    """A SIGSTOPped rank (the drill's hang) sends nothing more: its last busy figure must not hide it."""
+    from launcher.spec.model import HANG_SPLIT_SECONDS
+
+    clock = Clock()
+    dog = HangWatchdog("auto", clock, size=2)
+    dog.activity(0, activity("step", moved=1))
+    dog.activity(1, activity("loader", moved=1, busy=1.0))  # its last word, then SIGSTOP
+    clock.now += HANG_SPLIT_SECONDS + 1
+    dog.activity(0, activity("step"))
+    assert "the ranks stand apart" in dog.check()

@@ -1,0 +1,91 @@
+"""A rank's output on its way to the console (launcher/rank/output.py's pump, the supervisor's
+streams.py): prefixes at every line start, a carriage-return redraw prefixed on every frame (a tqdm
+bar in a Slurm log), an unfinished line passed on live and put back together, the spec's `output`
+modes, and the launcher's own lines kept for the root cause. End to end: tests/e2e/test_corpus.py."""
+
+import os
+
+import pytest
+
+from launcher.rank.output import PARTIAL_LINE, Prefixer, Pump, split_segments
+from launcher.supervisor.streams import LauncherOutput, StreamForwarder
+
+
+def test_segments_end_at_newlines_and_carriage_returns():
+    assert split_segments(b"a\nb\r\rc") == ([b"a\n", b"b\r", b"\r"], b"c")
+    assert split_segments(b"") == ([], b"")
+
+
+def test_every_frame_of_a_redrawn_bar_gets_the_prefix_once():
+    prefix = Prefixer(b"[rank 0] ")
+    frames = [prefix(b"\r  0%|"), prefix(b"\r 50%|"), prefix(b"\r100%|"), prefix(b"\n"), prefix(b"done\n")]
+    assert b"".join(frames) == b"\r[rank 0]   0%|\r[rank 0]  50%|\r[rank 0] 100%|\n[rank 0] done\n"
+    assert prefix(b"half") + prefix(b" a line\n") == b"[rank 0] half a line\n"  # no prefix mid-line
+
+
+class Console:
+    def __init__(self):
+        self.read_end, self.write_end = os.pipe()
+
+    def read(self) -> bytes:
+        os.set_blocking(self.read_end, False)
+        try:
+            return os.read(self.read_end, 1 << 16)
+        except BlockingIOError:
+            return b""
+
+
+def test_the_pump_holds_a_lines_start_briefly_then_sends_it_marked_as_unfinished(tmp_path):
+    """An unbuffered program writes a line and its newline apart: they go out together. A bar's
+    frame with no newline goes out after PARTIAL_WAIT_SECONDS, marked, with a newline for mpirun."""
+    out, err = Console(), Console()
+    log = os.open(tmp_path / "rank-0.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    pump = Pump({1: -1, 2: -1}, {1: out.write_end, 2: err.write_end}, log, b"[rank 0] ")
+    pump.feed(1, b"a line")
+    assert out.read() == b""  # held: its end may be on the way
+    pump.feed(1, b"\n")
+    assert out.read() == b"[rank 0] a line\n"
+    pump.feed(2, b"\r 10%|")
+    assert pump.flush_partial(pump.pending_since[2] + 0.01) is not None and err.read() == b"\r"
+    assert pump.flush_partial(pump.pending_since[2] + 1.0) is None
+    assert err.read() == b"[rank 0]  10%|" + PARTIAL_LINE + b"\n"
+    pump.feed(2, b"\r 20%|\n")
+    assert err.read() == b"\r[rank 0]  20%|\n"
+    assert (tmp_path / "rank-0.log").read_bytes() == b"a line\n\r 10%|\r 20%|\n"  # the log: as written, no prefix
+
+
+def forwarded(mode="tagged", *chunks, tmp_path):
+    shown = []
+    launcher = LauncherOutput(tmp_path / "launcher.log")
+    forwarder = StreamForwarder(shown.append, launcher, mode)
+    for chunk in chunks:
+        forwarder.feed(chunk)
+    forwarder.close()
+    launcher.close()
+    return b"".join(shown), list(launcher.lines)
+
+
+def test_the_supervisor_puts_an_unfinished_line_back_together_and_shows_it_at_once(tmp_path):
+    shown, said = forwarded("tagged", b"[rank 0]  10%|" + PARTIAL_LINE + b"\n", b"\r[rank 0]  20%|" + PARTIAL_LINE,
+                            b"\n", b"\n[rank 1] hello\n", tmp_path=tmp_path)
+    assert shown == b"[rank 0]  10%|\r[rank 0]  20%|\n[rank 1] hello\n"
+    assert said == []  # every line was a rank's
+
+
+@pytest.mark.parametrize("mode, expected", [
+    ("tagged", b"[rank 0] a\n[rank 1] b\nmpirun says\n"),
+    ("plain", b"a\nb\nmpirun says\n"),
+    ("rank0", b"a\nmpirun says\n"),
+])
+def test_the_output_modes(mode, expected, tmp_path):
+    shown, said = forwarded(mode, b"[rank 0] a\n[rank 1] b\nmpirun says\n", tmp_path=tmp_path)
+    assert shown == expected
+    assert said == ["mpirun says"]
+
+
+def test_open_mpis_framed_banners_go_to_the_launcher_log_only(tmp_path):
+    banner = b"-" * 40 + b"\nMPI_ABORT was invoked\n" + b"-" * 40 + b"\n"
+    shown, said = forwarded("tagged", b"[rank 1] boom\n" + banner + b"after\n", tmp_path=tmp_path)
+    assert shown == b"[rank 1] boom\nafter\n"
+    assert "MPI_ABORT was invoked" in said and "after" in said
+    assert b"MPI_ABORT was invoked" in (tmp_path / "launcher.log").read_bytes()
