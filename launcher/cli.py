@@ -39,11 +39,12 @@ def spec_options(command=None, *, required=True):
 
     @functools.wraps(command)
     @_user_errors
-    def print_or_run(*args, print_spec, nodes, processes_per_node, **kwargs):
+    def print_or_run(*args, print_spec, nodes, processes_per_node, module, **kwargs):
         # the short options are --set's shorthands, as torchrun's and srun's users type them
         shorthands = [f"{key}={value}" for key, value in (("nodes", nodes), ("processes_per_node", processes_per_node))
                       if value is not None]
         kwargs["overrides"] = (*shorthands, *kwargs["overrides"])
+        kwargs["spec"] = _spec_or_module(kwargs["spec"], module, kwargs["overrides"])
         kwargs["program_args"] = list(kwargs["program_args"])
         if print_spec and kwargs["spec"] is None:
             raise click.UsageError("--print-spec needs SPEC")
@@ -55,6 +56,9 @@ def spec_options(command=None, *, required=True):
             return None
         return command(*args, **kwargs)
 
+    print_or_run = click.option("-m", "--module", metavar="MODULE", default=None,
+                                help="Run a module as `python -m MODULE` does (instead of SPEC), every other key "
+                                     "at its default: jaxlaunch run -m pytest -n 2 -- -q tests/")(print_or_run)
     print_or_run = click.option("--print-spec", is_flag=True,
                                 help="Print every resolved spec value with its type, and exit.")(print_or_run)
     print_or_run = click.option("-n", "--processes-per-node", type=click.IntRange(min=1), default=None,
@@ -78,17 +82,47 @@ def sweep_options(command):
                              "cartesian product. Overrides the spec's sweep: section per key.")(command)
 
 
+def _spec_or_module(spec, module, overrides):
+    """What to load: SPEC, or `-m MODULE`'s spec of defaults; with neither, `--set entrypoint=X`
+    alone stands for a spec of defaults too (`jaxlaunch run --set entrypoint=pytest -- -q`)."""
+    from .spec.load import MODULE_SUFFIX
+
+    if module is not None:
+        if spec is not None:
+            raise click.UsageError(f"give SPEC ({spec}) or -m {module}, not both")
+        return f"{module}{MODULE_SUFFIX}"
+    if spec is None:
+        entry = next((o.partition("=")[2] for o in reversed(overrides) if o.startswith("entrypoint=")), None)
+        if entry and ":" not in entry:
+            return entry if entry.endswith(".py") else f"{entry}{MODULE_SUFFIX}"
+    return spec
+
+
 class _ProgramCommand(click.Command):
-    """A command that runs a spec, whose program may take options of its own: those go after `--`,
-    and an unknown option says so."""
+    """A command that runs a spec, whose program may take options of its own: everything after the
+    first `--` is the program's (even `-q`, where SPEC could go), nothing before it is, and an unknown
+    option says where it belongs."""
 
     def parse_args(self, ctx, args):
+        args = list(args)
+        program = []
+        if "--" in args:
+            at = args.index("--")
+            args, program = args[:at], args[at + 1:]
         try:
-            return super().parse_args(ctx, args)
+            rest = super().parse_args(ctx, args)
         except click.NoSuchOption as error:
             error.message += (f"\n  fix: options of the job's own program go after `--`: "
                               f"jaxlaunch {ctx.info_name} SPEC -- {error.option_name} ...")
             raise
+        before = list(ctx.params.get("program_args") or ())
+        if before:
+            spec = ctx.params.get("spec") or "SPEC"
+            raise click.UsageError(f"{' '.join(before)}: an argument after {spec}, before `--`; the program's own "
+                                   f"arguments go after `--`.\n  fix: jaxlaunch {ctx.info_name} {spec} -- "
+                                   f"{' '.join(before)}", ctx=ctx)
+        ctx.params["program_args"] = tuple(program)
+        return rest
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -171,7 +205,7 @@ def drill(spec, overrides, program_args, faults, target, count, seed, tolerance,
     folder = Path(run_dir) if run_dir else Path("runs") / f"drill-{job.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     passed = run_drill(spec, list(overrides), list(program_args), folder, wanted, count, seed, tolerance or 0.0,
                        job.num_processes, echo=_progress, ignore=ignore, target=target,
-                       processes_per_node=job.processes_per_node)
+                       processes_per_node=job.processes_per_node, runs_program=job.runs_program)
     sys.exit(0 if passed else 1)
 
 

@@ -38,6 +38,7 @@ The Slurm side of each fault is the Slurm backend's (launcher/backends/slurm/fau
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -46,6 +47,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -56,6 +58,41 @@ TARGETS = ("local", "slurm")
 POINTS = ("start", "step", "checkpoint")
 POLL_SECONDS = 0.1
 HANG_FLOOR_SECONDS = 5  # the drill's hang_timeout: at least this, or 10x the clean run's slowest step
+# Each run of a trial ends within 2x the clean run plus its fault's allowance and this margin, or the
+# drill ends it: a fault the job never notices is a FAIL, not a wait.
+TRIAL_MARGIN_SECONDS = 60
+END_GRACE_SECONDS = 15  # a trial's `jaxlaunch run` gets this long to end its job after SIGTERM
+
+
+class TrialTimedOut(Exception):
+    """A run of the drill did not end within its bound."""
+
+
+def end_run(process: subprocess.Popen, run_dir: Path) -> None:
+    """End a drill's `jaxlaunch run` and everything of its job: a rank it SIGSTOPped is continued
+    first (a stopped process cannot act on SIGTERM), then SIGTERM (the supervisor cancels the job and
+    collects stacks), then SIGKILL to whatever is left."""
+    from .supervisor.processes import job_processes, kill_job_processes
+
+    for pid in job_processes(run_dir):
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+    if process.poll() is None:
+        try:
+            os.killpg(process.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        try:
+            process.wait(END_GRACE_SECONDS)
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            process.wait()
+    kill_job_processes(run_dir)
 
 
 @dataclass
@@ -77,6 +114,8 @@ class Trial:
     why: list = field(default_factory=list)
     run_dir: str = ""
     node: str | None = None            # a node fault: the node set DOWN
+    timed_out: bool = False            # the drill ended the run: it did not end within its bound
+    notes: list = field(default_factory=list)  # what was not judged, and why (no failure)
 
 
 def _jaxlaunch() -> str:
@@ -108,11 +147,11 @@ def _status(run_dir: Path) -> dict:
 
 def _rank_pid(run_dir: Path, rank: int) -> int | None:
     """The process of rank `rank` of the job's current attempt (mpirun's or srun's variable)."""
-    from .supervisor.processes import job_processes
+    from .supervisor.processes import is_output_pump, job_processes
 
     for variable in ("OMPI_COMM_WORLD_RANK", "SLURM_PROCID", "PMIX_RANK"):
         pids = job_processes(run_dir, {variable: str(rank)})
-        pids = [pid for pid in pids if _is_python(pid)]
+        pids = [pid for pid in pids if _is_python(pid) and not is_output_pump(pid)]
         if pids:
             return max(pids)  # the newest: a restarted attempt's
     return None
@@ -174,8 +213,10 @@ def signal_rank_here(run_dir: Path, rank: int, signum: int) -> bool:
 class Drill:
     def __init__(self, spec_path: str, overrides: list[str], program_args: list[str], folder: Path,
                  faults: list[str], count: int, seed: int, tolerance: float, echo=print, ignore=("attempt",),
-                 target: str = "local", processes_per_node: int = 1):
+                 target: str = "local", processes_per_node: int = 1, runs_program: bool = False):
         self.target, self.processes_per_node = target, processes_per_node
+        self.runs_program = runs_program  # a script or module: no ctx, its preemption is preemption_signal
+        self.running: tuple[subprocess.Popen, Path] | None = None  # the run a Ctrl-C must end
         self.spec_path, self.overrides, self.program_args = spec_path, list(overrides), list(program_args)
         self.ignore = tuple(name for name in ignore if name)
         self.folder, self.faults, self.count = folder, faults, count
@@ -200,13 +241,47 @@ class Drill:
         handle = open(log, "ab")
         handle.write(f"$ {' '.join(command)}\n".encode())
         handle.flush()
-        return subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True)
+        process = subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True)
+        self.running = (process, run_dir)
+        return process
+
+    def _wait(self, process: subprocess.Popen, run_dir: Path, seconds: float | None) -> int:
+        """The run's exit code; TrialTimedOut (the run ended by the drill) after `seconds`."""
+        try:
+            code = process.wait(seconds)
+        except subprocess.TimeoutExpired:
+            end_run(process, run_dir)
+            raise TrialTimedOut(seconds) from None
+        finally:
+            if process.poll() is not None:
+                self.running = None
+        return code
+
+    def end_running(self) -> Path | None:
+        """End the run in progress (the drill was interrupted); its run directory, or None."""
+        if self.running is None:
+            return None
+        process, run_dir = self.running
+        end_run(process, run_dir)
+        self.running = None
+        return run_dir
+
+    def trial_bound(self, fault: str) -> float:
+        """How long one run of a trial may take: twice the clean run, the fault's own allowance
+        (a hang: the watchdog's limit, 4x for a checkpoint, and its roll-call), and a margin."""
+        allowance = 0.0
+        if fault == "hang":
+            allowance = 4 * self.hang_limit() + 10
+        return 2 * self.clean["seconds"] + allowance + TRIAL_MARGIN_SECONDS
+
+    def hang_limit(self) -> int:
+        return max(HANG_FLOOR_SECONDS, math.ceil(10 * self.clean["slowest_step"]))
 
     def run_clean(self) -> None:
         run_dir = self.folder / "clean"
         started = time.time()
         process = self._start(run_dir, [], self.folder / "clean.log")
-        code = process.wait()
+        code = self._wait(process, run_dir, None)
         reports = _reports(run_dir)
         status = _status(run_dir)
         checkpoints = sorted({e["step"] for e in _events(run_dir) if e["event"] == "checkpoint" and "step" in e})
@@ -247,9 +322,12 @@ class Drill:
                     trial.target_step = self.rng.choice(inner)
                 self.trials.append(trial)
 
-    def _wait_for_target(self, trial: Trial, run_dir: Path, process: subprocess.Popen) -> bool:
+    def _wait_for_target(self, trial: Trial, run_dir: Path, process: subprocess.Popen, bound: float) -> bool:
         started = time.time()
         while process.poll() is None:
+            if time.time() - started > bound:
+                end_run(process, run_dir)
+                raise TrialTimedOut(bound)
             if trial.target_step is not None:
                 if any(r["step"] >= trial.target_step for r in _reports(run_dir) if isinstance(r.get("step"), int)):
                     return True
@@ -292,28 +370,33 @@ class Drill:
         if trial.fault in ("kill", "hang"):
             extra.append("max_restarts=1")
         if trial.fault == "hang":
-            limit = max(HANG_FLOOR_SECONDS, math.ceil(10 * self.clean["slowest_step"]))
-            extra.append(f"hang_timeout={limit}")
+            extra.append(f"hang_timeout={self.hang_limit()}")
+        bound = self.trial_bound(trial.fault)
         process = self._start(run_dir, extra, log)
-        reached = self._wait_for_target(trial, run_dir, process)
-        if not reached:
-            process.wait()
-            trial.why.append("the job ended before the point chosen for the fault")
-            trial.final_state = _status(run_dir).get("state")
-            return
-        trial.injected_at = time.time()
-        problem = self._inject(trial, run_dir, process)
-        if problem:
-            trial.why.append(problem)
         try:
-            code = process.wait()
-        finally:
-            if trial.node:  # the drill's own DOWN: give the node back to the cluster
-                from .backends import get_backend
+            reached = self._wait_for_target(trial, run_dir, process, bound)
+            if not reached:
+                self._wait(process, run_dir, bound)
+                trial.why.append("the job ended before the point chosen for the fault")
+                trial.final_state = _status(run_dir).get("state")
+                return
+            trial.injected_at = time.time()
+            problem = self._inject(trial, run_dir, process)
+            if problem:
+                trial.why.append(problem)
+            try:
+                code = self._wait(process, run_dir, bound)
+            finally:
+                if trial.node:  # the drill's own DOWN: give the node back to the cluster
+                    from .backends import get_backend
 
-                get_backend("slurm").end_fault(trial.node)
-        if trial.fault == "preempt" and code == 75 and self.target == "local":  # PREEMPTED: continue it
-            self._start(run_dir, [], log, resume=True).wait()
+                    get_backend("slurm").end_fault(trial.node)
+            if trial.fault == "preempt" and code == 75 and self.target == "local":  # PREEMPTED: continue it
+                self._wait(self._start(run_dir, [], log, resume=True), run_dir, bound)
+        except TrialTimedOut:
+            trial.timed_out = True
+            trial.why.append(f"the job did not end within {bound:.0f} s (twice the clean run, the fault's "
+                             f"allowance and {TRIAL_MARGIN_SECONDS} s): the drill ended it")
         self._score(trial, run_dir)
 
     def _score(self, trial: Trial, run_dir: Path) -> None:
@@ -324,14 +407,19 @@ class Drill:
         after = [e for e in events if e.get("time", 0) >= trial.injected_at]
         ended = next((e for e in after if e["event"] == "attempt_ended"), None)
         trial.faulted_state = None if ended is None else ended.get("state")
-        if trial.fault == "preempt":
+        if trial.timed_out:
+            trial.detected = False
+            trial.why.insert(0, f"the {trial.fault} was not detected")
+        elif trial.fault == "preempt":
             stopped = next((e for e in after if e["event"] == "stopped"), None)
             trial.detected = stopped is not None and trial.faulted_state == "PREEMPTED"
             if stopped is not None:
                 trial.detect_seconds = round(stopped["time"] - trial.injected_at, 2)
             if not trial.detected:
-                trial.why.append("the job did not checkpoint and stop on the preemption notice (does it call "
-                                 "ctx.should_stop()?)")
+                fix = ("set preemption_signal (SIGTERM for orbax or JAX's preemption sync point) and checkpoint, "
+                       "then exit 0, in the program's handler" if self.runs_program
+                       else "does it call ctx.should_stop() and return when it is True?")
+                trial.why.append(f"the job did not checkpoint and stop on the preemption notice ({fix})")
         else:
             trial.detected = ended is not None and trial.faulted_state not in (None, "COMPLETED")
             if trial.detected:
@@ -340,7 +428,7 @@ class Drill:
                 trial.why.append(f"the {trial.fault} was not detected: the attempt it hit ended "
                                  f"{trial.faulted_state or 'never'}")
         trial.final_state = _status(run_dir).get("state")
-        if trial.final_state != "COMPLETED":
+        if trial.final_state != "COMPLETED" and not trial.timed_out:
             trial.why.append(f"the job ended {trial.final_state}, not COMPLETED")
         if trial.target_step is not None and ended is not None:
             back = next((r for r in _reports(run_dir)
@@ -360,13 +448,20 @@ class Drill:
                 trial.why.append(f"{trial.steps_lost} steps computed again, more than its checkpoint interval "
                                  f"({interval} steps)")
         if trial.final_state == "COMPLETED":
-            try:
-                trial.same_result, where = same_result(self.clean_result(), load_result(run_dir), self.tolerance,
-                                                       self.ignore)
-            except Exception as exc:  # noqa: BLE001  (no result to compare is a failure too)
-                trial.same_result, where = False, f"cannot compare the results: {exc}"
-            if not trial.same_result:
-                trial.why.append(f"the result differs from the clean run's: {where}")
+            from .rundir import RunDirectory
+
+            has = [RunDirectory(Path(d)).result_file.exists() for d in (self.clean["run_dir"], run_dir)]
+            if not any(has):  # a program that sets no result: nothing to compare, and that is no failure
+                trial.notes.append("the result was not compared: neither the clean run nor this one set one "
+                                   "(launcher.context().set_result)")
+            else:
+                try:
+                    trial.same_result, where = same_result(self.clean_result(), load_result(run_dir),
+                                                           self.tolerance, self.ignore)
+                except Exception as exc:  # noqa: BLE001  (one result and not the other is a failure)
+                    trial.same_result, where = False, f"cannot compare the results: {exc}"
+                if not trial.same_result:
+                    trial.why.append(f"the result differs from the clean run's: {where}")
         trial.passed = not trial.why
 
     # --- the whole drill ----------------------------------------------------------------------
@@ -391,7 +486,7 @@ class Drill:
                                         "STEPS LOST", "SAME RESULT"], disable_numparse=True)
         lines = [table]
         for trial in self.trials:
-            for why in trial.why:
+            for why in [*trial.why, *trial.notes]:
                 lines.append(f"{trial.fault} ({Path(trial.run_dir).name}): {why}")
         return "\n".join(lines)
 
@@ -404,13 +499,40 @@ class Drill:
 
 def run_drill(spec_path: str, overrides: list[str], program_args: list[str], folder: Path, faults: list[str],
               count: int, seed: int, tolerance: float, num_processes: int, echo=print, ignore=("attempt",),
-              target: str = "local", processes_per_node: int = 1) -> bool:
-    from .rundir import atomic_write_json
-
+              target: str = "local", processes_per_node: int = 1, runs_program: bool = False) -> bool:
     folder = folder.resolve()  # the ranks' JAXLAUNCH_RUN_DIR is absolute: how their processes are found
     folder.mkdir(parents=True, exist_ok=True)
     drill = Drill(spec_path, overrides, program_args, folder, faults, count, seed, tolerance, echo, ignore,
-                  target=target, processes_per_node=processes_per_node)
+                  target=target, processes_per_node=processes_per_node, runs_program=runs_program)
+    with ending_runs_when_interrupted(drill, echo):
+        return _run_drill(drill, folder, num_processes, target, echo)
+
+
+@contextlib.contextmanager
+def ending_runs_when_interrupted(drill: Drill, echo):
+    """Ctrl-C (SIGINT), SIGTERM (`timeout`, a batch system) or SIGHUP ends the drill's run in
+    progress too, its stopped rank continued first, and says so: nothing of a trial outlives the drill."""
+    def on_signal(signum, frame):
+        raise KeyboardInterrupt if signum == signal.SIGINT else SystemExit(128 + signum)
+
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)} \
+        if in_main else {}
+    try:
+        yield
+    except (KeyboardInterrupt, SystemExit):
+        ended = drill.end_running()
+        if ended is not None:
+            echo(f"drill: interrupted; ended the run in progress and every process of its job ({ended})")
+        raise
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _run_drill(drill: Drill, folder: Path, num_processes: int, target: str, echo) -> bool:
+    from .rundir import atomic_write_json
+
     echo(f"drill: the clean run ({folder / 'clean'})")
     drill.run_clean()
     if drill.clean["state"] != "COMPLETED":

@@ -70,14 +70,17 @@ class Prefixer:
 class Pump:
     """The pump process's work: pipes (read ends) -> console fds, with prefixes, and the log.
 
-    A line's start without its end waits PARTIAL_WAIT_SECONDS for the end (a program that writes
-    unbuffered, PYTHONUNBUFFERED=1, writes a line and its newline apart), so that two ranks' lines
-    stay whole on the console; after that it goes out as an unfinished line (a progress bar)."""
+    A line's start without its end waits for its end, so that two ranks' lines stay whole on the
+    console, as mpirun keeps them (a program that writes unbuffered, PYTHONUNBUFFERED=1, writes a
+    line and its newline apart; pytest writes its dots one by one). A line begun with a carriage
+    return is a progress bar redrawing itself: its frame goes out after PARTIAL_WAIT_SECONDS,
+    marked as unfinished."""
 
     def __init__(self, pipes: dict[int, int], consoles: dict[int, int], log_fd: int, prefix: bytes):
         self.pipes, self.consoles, self.log_fd = pipes, consoles, log_fd
         self.prefixers = {fd: Prefixer(prefix) for fd in pipes}
         self.pending = {fd: b"" for fd in pipes}  # the start of a line, not yet passed on
+        self.redrawn = {fd: False for fd in pipes}  # the line was begun with a carriage return: a bar
         self.pending_since: dict[int, float] = {}
 
     def feed(self, fd: int, data: bytes) -> None:
@@ -88,6 +91,7 @@ class Pump:
         segments, rest = split_segments(self.pending[fd] + data)
         if segments:
             self._console(fd, b"".join(segments))
+            self.redrawn[fd] = segments[-1].endswith(b"\r")
         if rest and (segments or not self.pending[fd]):  # a new line's start: its wait begins
             self.pending_since[fd] = time.monotonic()
         self.pending[fd] = rest
@@ -97,8 +101,8 @@ class Pump:
         returns how long until the next one is due, or None."""
         due = None
         for fd, rest in self.pending.items():
-            if not rest:
-                continue
+            if not rest or (now is not None and not self.redrawn[fd]):
+                continue  # a line that is not being redrawn waits for its end (pytest's dots stay one line)
             left = PARTIAL_WAIT_SECONDS - (now - self.pending_since[fd]) if now is not None else 0
             if left <= 0:
                 self._console(fd, rest)

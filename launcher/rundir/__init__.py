@@ -160,11 +160,14 @@ class RunDirectory:
         return sorted(int(p.stem.split("-")[1]) for p in self.logs.glob(names.every_rank(names.RANK_LOG)))
 
     def rank_log_tail(self, rank: int, size: int = 200_000) -> str:
-        """The last `size` bytes of rank `rank`'s log ("" if none): logs can be large."""
+        """The last `size` bytes of rank `rank`'s log ("" if none): logs can be large. Without NUL
+        bytes (Open MPI ends its version string with one), which would make the summary a binary
+        file to grep; a progress bar's carriage returns end lines."""
         try:
             with open(self.rank_log(rank), "rb") as log:
                 log.seek(max(0, log.seek(0, os.SEEK_END) - size))
-                return log.read().decode(errors="replace")
+                return log.read().replace(b"\0", b"").replace(b"\r\n", b"\n").replace(b"\r", b"\n").decode(
+                    errors="replace")
         except OSError:
             return ""
 

@@ -320,11 +320,24 @@ def script_as_spec(path: Path) -> "yaml12.Loaded":
     return yaml12.Loaded({"name": name, "entrypoint": path.name}, {})
 
 
+# `jaxlaunch run -m MODULE` names its spec MODULE + this suffix: a module to run as `python -m`
+# does, with a spec of defaults (module_as_spec). No file is read.
+MODULE_SUFFIX = ".python-module"
+
+
+def module_as_spec(module: str) -> "yaml12.Loaded":
+    """The spec `-m MODULE` stands for: every key at its default, the module as the entrypoint."""
+    name = re.sub(r"[^A-Za-z0-9._-]", "-", module.rpartition(".")[2])[:64].lstrip("._-") or "job"
+    return yaml12.Loaded({"name": name, "entrypoint": module}, {})
+
+
 def read_spec_file(path: Path) -> "yaml12.Loaded":
     """The spec file's YAML value (None for an empty file) and the line of every key. A .py file
-    is a script to run with a spec of defaults (script_as_spec)."""
+    is a script to run with a spec of defaults (script_as_spec); MODULE + MODULE_SUFFIX a module."""
     if path.suffix == ".py":
         return script_as_spec(path)
+    if path.name.endswith(MODULE_SUFFIX):
+        return module_as_spec(path.name[:-len(MODULE_SUFFIX)])
     try:
         size = path.stat().st_size
         if size > yaml12.MAX_BYTES:
@@ -332,7 +345,10 @@ def read_spec_file(path: Path) -> "yaml12.Loaded":
                             f"  fix: keep data out of the spec: put it in a file and pass its path in params.")
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise SpecError(f"{path}: no such file.\n  fix: check the path to the job spec.") from None
+        module = re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*", str(path)) and not path.suffix
+        hint = (f" To run the module {path} as `python -m {path}` does: jaxlaunch run -m {path} ..." if module
+                else "")
+        raise SpecError(f"{path}: no such file.\n  fix: check the path to the job spec.{hint}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise SpecError(f"{path}: cannot read the spec: {exc}") from None
 

@@ -52,6 +52,12 @@ def job_processes(run_dir: str | Path, extra: dict[str, str] | None = None) -> l
     return found
 
 
+def is_output_pump(pid: int) -> bool:
+    """The process that passes a rank's output on (launcher/rank/output.py): it has the rank's
+    variables, but it is not the rank."""
+    return _environ(pid).get(PUMP_ENV.encode()) is not None
+
+
 def command_line(pid: int) -> str:
     """The process's command line, its arguments joined by spaces ('' once it is gone)."""
     try:
@@ -64,7 +70,7 @@ def kill_job_processes(run_dir: str | Path, grace: float = 2.0, on_found=None) -
     """SIGTERM every leftover process of the job, SIGKILL what is still there after `grace`.
     `on_found([{pid, command}])` first, when there are any (a child a program left running)."""
     pids = job_processes(run_dir)
-    left = [pid for pid in pids if _environ(pid).get(PUMP_ENV.encode()) is None]  # a rank's own output pump ends with it
+    left = [pid for pid in pids if not is_output_pump(pid)]  # a rank's own output pump ends with it
     if left and on_found is not None:
         on_found([{"pid": pid, "command": command_line(pid)} for pid in left])
     for sig in (signal.SIGTERM, signal.SIGKILL):

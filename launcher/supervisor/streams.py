@@ -24,6 +24,9 @@ from collections import deque
 from ..rank.output import PARTIAL_LINE, split_segments
 from ..spec.model import OUTPUT_MODES  # noqa: F401  (the modes shown here)
 RANK_PREFIX = re.compile(rb"\[rank (\d+)\] ")
+# A rank's lines kept from the console (its log has them): gloo says this once per process and
+# collective context in every CPU job with jax.distributed, and it means nothing to the person.
+NOISE = re.compile(rb"\[Gloo\] Rank \d+ is connected to \d+ peer ranks\. Expected number of connected peer ranks is : \d+")
 # The rule of dashes above and below every Open MPI / PRRTE help message.
 BANNER_FRAME = re.compile(rb"-{20,}")
 
@@ -80,6 +83,8 @@ class StreamForwarder:
         """A rank's line (it starts with its prefix), or the rest of the one whose start was passed
         on; False when `data` is neither."""
         match = RANK_PREFIX.match(data)
+        if match and finished and NOISE.match(data, match.end()):
+            return True
         if match:
             self._show(int(match.group(1)), data, strip=True)
         elif self.line_rank is not None:

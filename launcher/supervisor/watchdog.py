@@ -44,7 +44,7 @@ from ..spec.model import AUTO, HANG_FLOOR_SECONDS, HANG_SPLIT_SECONDS, HANG_STEP
 CHECKPOINT_FACTOR = 4
 SCALE_ENV = "JAXLAUNCH_WATCHDOG_SCALE"  # tests only: auto's stall bounds times this
 BUSY = 0.5  # CPU seconds per second: a rank that uses this much is working, not stalled
-SILENT_SECONDS = 10.0  # a rank whose activity stopped coming this long ago is not busy (it is frozen)
+SILENT_SECONDS = 10.0  # a rank whose activity stopped coming this long ago is frozen: not busy, a culprit
 COMPILING, CHECKPOINT = "compiling", "checkpoint"
 
 
@@ -99,6 +99,7 @@ class HangWatchdog:
         self.stacks: dict[int, dict] = {}  # rank -> its last activity: stack, where, busy
         self.finished: set[int] = set()    # ranks whose entrypoint returned
         self.last_move: float | None = None  # when a rank's stack last moved (or a report came)
+        self.first_heard: float | None = None  # the first activity of any rank
         self.longest_still = 0.0       # the longest time no stack moved, that ended by itself
         self.reported = False          # a report arrived in this attempt
         self.last_activity: float | None = None  # a report, or a rank entering or leaving a phase
@@ -134,6 +135,7 @@ class HangWatchdog:
         """A rank's stack, every ACTIVITY_SECONDS (launcher/channel.py's Activity)."""
         with self._lock:
             now = self.clock()
+            self.first_heard = self.first_heard or now
             before = self.stacks.get(rank)
             moved_at = before["moved_at"] if before is not None else now
             if message.get("moved") or before is None or before["stack"] != message.get("stack"):
@@ -184,22 +186,35 @@ class HangWatchdog:
     def _check_stacks(self) -> str | None:
         limits = self.stall_limits()
         with self._lock:
-            running = self.size - len(self.finished)
-            if limits is None or running <= 0 or len(self.stacks) < running or self.last_move is None:
-                return None  # off, or not every rank has said where it stands yet
+            now = self.clock()
+            running = set(range(self.size)) - self.finished
+            unheard = running - set(self.stacks)
+            if limits is None or not running or self.last_move is None or self.first_heard is None:
+                return None  # off, or nobody has said where it stands yet
+            if unheard and now - self.first_heard < SILENT_SECONDS:
+                return None  # start-up: not every rank has said where it stands yet
             phases = set(self.phases.values())
             if COMPILING in phases:
                 return None
             factor = CHECKPOINT_FACTOR if CHECKPOINT in phases else 1
-            now = self.clock()
             idle = now - max(self.last_move, self.last_activity or 0.0)
-            # A rank that stopped telling (SIGSTOPped, or holding the GIL in C) uses no CPU that counts.
+            # A rank that stopped telling (SIGSTOPped, or holding the GIL in C), or never told, is frozen:
+            # it uses no CPU that counts, and it is the culprit, unless nobody tells (the channel's fault).
             stacks = {rank: {**entry, "busy": entry["busy"] if now - entry["at"] < SILENT_SECONDS else 0.0}
                       for rank, entry in self.stacks.items()}
+            silent = sorted({*unheard, *(r for r, e in self.stacks.items() if now - e["at"] >= SILENT_SECONDS)})
+            if len(silent) == len(running) and not self.finished:
+                silent = []
             reported = self.reported
         apart, idle_apart = stand_apart(stacks)
         split, together = limits
         auto = self.hang_timeout == AUTO
+        if silent and idle > split * factor:  # a rank that cannot even say where it stands is the culprit
+            names = ", ".join(f"rank {r} (last at {stacks[r]['where']})" if r in stacks else f"rank {r} (never told)"
+                              for r in silent[:4])
+            return (f"no rank made progress for {idle:.0f} s, and {names} stopped telling where it stands (a "
+                    f"stopped process, or C code holding the GIL) (hang_timeout: {'auto, ' if auto else ''}"
+                    f"{format_seconds(split * factor)} for a stall with a culprit)")
         if idle_apart and idle > split * factor:
             where = "; ".join(f"rank {r} at {stacks[r]['where']}" for r in apart[:4])
             rest = [r for r in stacks if r not in apart]

@@ -47,3 +47,73 @@ def test_a_job_that_never_checkpoints_and_ignores_notices_fails_the_drill_and_sa
 def test_an_unknown_fault_is_a_usage_error():
     result = jaxlaunch("drill", JOBS / "train_data_parallel.yaml", "--faults", "meteor")
     assert result.returncode == 2 and "meteor: choose from kill, preempt, hang" in result.stderr
+
+
+PLAIN = TEST_JOBS / "programs" / "plain_loop.py"
+
+
+def test_a_drill_on_a_script_that_never_reports_ends_with_a_verdict_for_every_fault(tmp_path):
+    """Before: the hang trial waited forever (a job that never reports had no watchdog, and the drill
+    waited on its trial without a bound), and the kill trial failed on a missing result.json. Now
+    each trial is bounded by twice the clean run plus its fault's allowance; the hang is caught by
+    the ranks' stacks; a result neither side set is not compared; the preemption advice is a
+    script's (preemption_signal)."""
+    import time
+
+    folder = tmp_path / "drill"
+    started = time.monotonic()
+    result = jaxlaunch("drill", PLAIN, "-n", "2", "--seed", "1", "--run-dir", folder, "--",
+                       "--steps", "200", "--step-sleep", "0.03", timeout=400)
+    took = time.monotonic() - started
+    report = json.loads((folder / "drill.json").read_text())
+    trials = {t["fault"]: t for t in report["trials"]}
+    assert set(trials) == {"kill", "preempt", "hang"}, result.stderr[-3000:]
+    clean = report["clean"]["seconds"]
+    assert took < 3 * (2 * clean + 60) + 4 * 5 + 10 + clean + 60, took
+    assert trials["hang"]["detected"] and trials["hang"]["faulted_state"] == "TIMEOUT", trials["hang"]
+    assert trials["kill"]["passed"] and trials["kill"]["same_result"] is None, trials["kill"]
+    assert any("the result was not compared" in note for note in trials["kill"]["notes"])
+    assert not trials["preempt"]["passed"] and any("preemption_signal" in why for why in trials["preempt"]["why"])
+    assert result.returncode == 1
+
+
+def test_interrupting_a_drill_ends_its_trial_with_no_rank_left_stopped(tmp_path):
+    """Before: Ctrl-C (or SIGTERM) printed 'Aborted!' and left the trial's jaxlaunch run, its mpirun
+    and a SIGSTOPped rank running, reparented to init."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from launcher.supervisor.processes import job_processes
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        folder = tmp_path / f"drill-{signum}"
+        drill = subprocess.Popen([str(Path(sys.executable).parent / "jaxlaunch"), "drill", str(PLAIN), "-n", "2",
+                                  "--faults", "hang", "--seed", "1", "--run-dir", str(folder), "--",
+                                  "--steps", "2000", "--step-sleep", "0.03"],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        trial = folder / "hang-1"
+        deadline = time.monotonic() + 120
+
+        def stopped_ranks():
+            found = []
+            for pid in job_processes(trial):
+                try:
+                    if Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] == "T":
+                        found.append(pid)
+                except OSError:
+                    pass
+            return found
+
+        while not stopped_ranks():
+            assert drill.poll() is None and time.monotonic() < deadline, drill.stderr.read().decode()[-3000:]
+            time.sleep(0.2)
+        drill.send_signal(signum)
+        said = drill.communicate(timeout=60)[1].decode()
+        assert drill.returncode != 0
+        assert "drill: interrupted; ended the run in progress" in said, said[-3000:]
+        assert job_processes(trial) == [], f"processes of the trial survive: {job_processes(trial)}"
+        assert not stopped_ranks()

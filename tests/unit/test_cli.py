@@ -104,3 +104,32 @@ def test_print_spec_shows_each_resolved_value_with_its_type_and_runs_nothing(wri
 def test_print_spec_of_a_bad_spec_exits_2(write_spec):
     result = invoke("render", write_spec("name: x\nentrypoint: m:f\n"), "--set", "nodes=!!int x", "--print-spec")
     assert result.exit_code == 2 and result.output.startswith("Error: --set nodes=!!int x: nodes: !!int 'x'")
+
+
+# --- a program's arguments, modules and SPEC (issue 44, item 6) ------------------------------------
+
+def test_everything_after_the_double_dash_is_the_programs_even_where_spec_could_go():
+    """Before: `jaxlaunch run --set entrypoint=pytest -n 2 -- -q mytests` took -q for SPEC."""
+    result = invoke("run", "--set", "entrypoint=pytest", "-n", "2", "--print-spec", "--", "-q", "mytests")
+    assert result.exit_code == 0, result.output
+    assert "entrypoint = 'pytest'  (str; module" in result.output
+    assert "args[0] = '-q'  (str)" in result.output and "args[1] = 'mytests'  (str)" in result.output
+
+
+def test_a_module_runs_with_dash_m_as_python_does_and_a_bare_module_name_is_pointed_there():
+    result = invoke("run", "-m", "pytest", "-n", "2", "--print-spec", "--", "-x")
+    assert result.exit_code == 0, result.output
+    assert "name = 'pytest'  (str)" in result.output and "args[0] = '-x'  (str)" in result.output
+    bare = invoke("run", "pytest", "-n", "2")
+    assert bare.exit_code == 2 and "jaxlaunch run -m pytest" in bare.output, bare.output
+    both = invoke("run", "job.yaml", "-m", "pytest")
+    assert both.exit_code == 2 and "give SPEC (job.yaml) or -m pytest, not both" in both.output
+
+
+def test_an_argument_before_the_double_dash_is_refused_with_where_it_goes(write_spec):
+    """Before: `jaxlaunch run train.py foo` passed foo to the program silently."""
+    path = write_spec("name: x\nentrypoint: train.py\n")
+    result = invoke("run", path, "foo")
+    assert result.exit_code == 2
+    assert f"foo: an argument after {path}, before `--`" in result.output
+    assert f"fix: jaxlaunch run {path} -- foo" in result.output

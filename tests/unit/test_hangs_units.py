@@ -205,18 +205,60 @@ def test_compiling_and_checkpoints_count_for_stacks_as_for_reports():
 
 
 def test_stacks_are_judged_only_once_every_running_rank_has_spoken_and_a_finished_rank_is_left_out():
+    from launcher.supervisor.watchdog import SILENT_SECONDS
+
     clock = Clock()
     dog = HangWatchdog(10, clock, size=2)
     dog.activity(0, activity("a", moved=1))
-    clock.now += 1000
-    assert dog.check() is None  # rank 1 never said where it stands (start-up)
+    clock.now += SILENT_SECONDS - 1
+    dog.activity(0, activity("a"))
+    assert dog.check() is None  # rank 1 has not said where it stands yet: start-up's grace
     dog.activity(1, activity("b"))
     clock.now += 11
+    dog.activity(0, activity("a"))
+    dog.activity(1, activity("b"))
     assert "stand apart" in dog.check()
     dog.finish(1)  # rank 1 returned from main: rank 0 alone, at one place
     assert dog.check() is not None and "every rank standing still" in dog.check()
     dog.finish(0)
     assert dog.check() is None
+
+
+def test_a_rank_that_never_tells_is_named_after_the_start_up_grace():
+    clock = Clock()
+    dog = HangWatchdog(10, clock, size=2)
+    dog.activity(0, activity("a", moved=1))
+    for _ in range(6):
+        clock.now += 2
+        dog.activity(0, activity("a"))
+    assert "rank 1 (never told) stopped telling where it stands" in dog.check()
+
+
+def test_a_rank_stopped_before_it_ever_told_is_the_culprit_once_the_others_have_finished():
+    """The drill's hang on a script: rank 0 SIGSTOPped 3 s in, before its first activity; rank 1 ran
+    on and finished. Before, the watchdog waited for rank 0 to speak, for ever."""
+    clock = Clock()
+    dog = HangWatchdog(5, clock, size=2)
+    dog.activity(1, activity("loop", moved=1))
+    clock.now += 6
+    dog.activity(1, activity("loop", moved=1))
+    dog.finish(1)
+    clock.now += 4
+    assert dog.check() is None  # the stall is 4 s old
+    clock.now += 2
+    assert "rank 0 (never told) stopped telling where it stands" in dog.check()
+
+
+def test_a_main_thread_that_sleeps_in_a_loop_gives_up_the_cpu_and_counts_as_moving():
+    """A loop that mostly sleeps shows one stack at every sample; its voluntary context switches
+    tell the monitor it moves (a thread blocked for good makes none)."""
+    from launcher.rank.monitor import MOVE_SWITCHES, main_thread_switches
+
+    native = threading.main_thread().native_id
+    before = main_thread_switches(native)
+    for _ in range(10):
+        time.sleep(0.005)
+    assert main_thread_switches(native) - before >= MOVE_SWITCHES
 
 
 def test_off_never_fires():
@@ -611,4 +653,4 @@ def test_a_rank_that_stopped_telling_counts_as_idle():
     dog.activity(1, activity("loader", moved=1, busy=1.0))  # its last word, then SIGSTOP
     clock.now += HANG_SPLIT_SECONDS + 1
     dog.activity(0, activity("step"))
-    assert "the ranks stand apart" in dog.check()
+    assert "rank 1 (last at prog.py:1 in loader) stopped telling where it stands" in dog.check()

@@ -51,7 +51,11 @@ def test_the_pump_holds_a_lines_start_briefly_then_sends_it_marked_as_unfinished
     assert err.read() == b"[rank 0]  10%|" + PARTIAL_LINE + b"\n"
     pump.feed(2, b"\r 20%|\n")
     assert err.read() == b"\r[rank 0]  20%|\n"
-    assert (tmp_path / "rank-0.log").read_bytes() == b"a line\n\r 10%|\r 20%|\n"  # the log: as written, no prefix
+    pump.feed(1, b"....")  # pytest's dots: no carriage return, so the line waits for its end
+    assert pump.flush_partial(pump.pending_since[1] + 1.0) is None and out.read() == b""
+    pump.feed(1, b"s [100%]\n")
+    assert out.read() == b"[rank 0] ....s [100%]\n"
+    assert (tmp_path / "rank-0.log").read_bytes() == b"a line\n\r 10%|\r 20%|\n....s [100%]\n"  # as written
 
 
 def forwarded(mode="tagged", *chunks, tmp_path):
@@ -89,3 +93,9 @@ def test_open_mpis_framed_banners_go_to_the_launcher_log_only(tmp_path):
     assert shown == b"[rank 1] boom\nafter\n"
     assert "MPI_ABORT was invoked" in said and "after" in said
     assert b"MPI_ABORT was invoked" in (tmp_path / "launcher.log").read_bytes()
+
+
+def test_gloos_connected_lines_stay_in_the_ranks_logs_only(tmp_path):
+    gloo = b"[rank 1] [Gloo] Rank 1 is connected to 1 peer ranks. Expected number of connected peer ranks is : 1\n"
+    shown, said = forwarded("tagged", gloo + b"[rank 1] loss 0.5\n", tmp_path=tmp_path)
+    assert shown == b"[rank 1] loss 0.5\n" and said == []
