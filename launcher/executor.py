@@ -151,11 +151,13 @@ def pickle_call(fn: Callable, args: tuple, kwargs: dict) -> bytes:
 def function_files(fn: Callable, args: tuple, kwargs: dict) -> dict[str, bytes]:
     """The files of RUN_DIR/function/ for one call."""
     from .owner_key import sign
+    from .rank.function_job import signed_bytes
 
     payload = pickle_call(fn, args, kwargs)
     record = {**call_record(), "function": getattr(fn, "__qualname__", repr(fn)),
-              "module": getattr(fn, "__module__", None),
-              "signature": sign(payload)}  # the ranks unpickle only what its owner wrote
+              "module": getattr(fn, "__module__", None)}
+    # the ranks unpickle only what its owner wrote, from where its owner's sys.path says: both signed
+    record["signature"] = sign(signed_bytes(payload, record))
     return {f"{FUNCTION_FOLDER}/{CALL_FILE}": payload,
             f"{FUNCTION_FOLDER}/{CALL_RECORD}": (json.dumps(record, indent=2) + "\n").encode()}
 

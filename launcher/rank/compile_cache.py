@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import platform
 import sys
 from importlib import metadata
@@ -67,15 +68,41 @@ def cache_folder(setting: str | None, run_path: Path, platform_name: str) -> Pat
     return base / cache_key(platform_name)
 
 
+class UnsafeCacheError(RuntimeError):
+    """A cache folder another user owns or can write: its executables are code this user would run."""
+
+
+def check_cache_folder(path: Path, ours: bool) -> None:
+    """UnsafeCacheError unless `path` is safe to load executables from: ours, a real folder (not a
+    link) and made 0700 (`ours`: the folders the cache lives in); for the chosen folder above them,
+    writable by nobody else unless sticky, as /tmp is (else another user could swap ours for theirs)."""
+    info = os.lstat(path)
+    fix = "choose a compile_cache folder of your own (or the default, run_dir), or compile_cache: null"
+    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
+        raise UnsafeCacheError(f"compile_cache: {path} is not a folder (a symbolic link or a file). fix: {fix}")
+    if ours:
+        if info.st_uid != os.geteuid():
+            raise UnsafeCacheError(f"compile_cache: {path} belongs to another user (uid {info.st_uid}), and cached "
+                                   f"executables are code this job would run. fix: {fix}")
+        os.chmod(path, 0o700)  # an existing folder too: mkdir's mode only holds for a new one
+    elif info.st_uid != os.geteuid() and stat.S_IMODE(info.st_mode) & 0o022 and not info.st_mode & stat.S_ISVTX:
+        raise UnsafeCacheError(f"compile_cache: {path} can be written by other users (mode "
+                               f"{stat.S_IMODE(info.st_mode):o}, uid {info.st_uid}): they could replace the cache "
+                               f"in it. fix: {fix}")
+
+
 def environment(folder: Path | None, env, private_parent: bool = False) -> dict[str, str]:
     """JAX's variables for the cache in `folder` (made 0700; `private_parent`: its parent too, the
-    run directory's compile-cache/), unless the user set the folder in the environment."""
+    run directory's compile-cache/), unless the user set the folder in the environment. Refuses a
+    folder that is not safe to load executables from (check_cache_folder)."""
     if folder is None or env.get("JAX_COMPILATION_CACHE_DIR"):
         return {}
     for path in ([folder.parent] if private_parent else []) + [folder]:
         path.mkdir(parents=True, exist_ok=True, mode=0o700)
-        if path.stat().st_uid == os.getuid():
-            os.chmod(path, 0o700)
+    if not private_parent:
+        check_cache_folder(folder.parent, ours=False)
+    for path in ([folder.parent] if private_parent else []) + [folder]:
+        check_cache_folder(path, ours=True)
     values = {"JAX_COMPILATION_CACHE_DIR": str(folder)}
     if "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS" not in env:
         values["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"

@@ -3,10 +3,12 @@
 
     function/call.pkl    cloudpickle of (fn, args, kwargs)
     function/call.json   what pickled it: jaxlaunch and Python versions, the caller's sys.path,
-                         and call.pkl's signature with the owner's key (launcher/owner_key.py)
+                         and the signature, with the owner's key (launcher/owner_key.py), of
+                         call.pkl together with what call.json says that decides what runs
 
-The signature is checked before anything is unpickled: a call.pkl someone else put into the run
-directory would run their code as the job's owner. The versions are compared too, so a node with another Python or
+The signature is checked before anything is unpickled or put on sys.path: a call.pkl someone else
+put into the run directory would run their code as the job's owner, and so would a sys_path entry
+that makes a function pickled by reference import from their folder. The versions are compared too, so a node with another Python or
 jaxlaunch gets one clear line instead of an unpickling traceback (bytecode pickled by value only
 loads in the Python minor version that made it).
 """
@@ -63,24 +65,35 @@ def code_with_filename(rebuild, fields, filename: str):
     return rebuild(*fields).replace(co_filename=filename)
 
 
+# What call.json says that decides what runs: signed with call.pkl (signed_bytes).
+SIGNED_FIELDS = ("jaxlaunch", "python", "python_executable", "sys_path", "function", "module")
+
+
+def signed_bytes(payload: bytes, record: dict) -> bytes:
+    """call.pkl and call.json's SIGNED_FIELDS, as one byte string to sign."""
+    decides = {name: record.get(name) for name in SIGNED_FIELDS}
+    return payload + b"\0" + json.dumps(decides, sort_keys=True).encode()
+
+
 def load_call(run_dir: Path):
-    """(fn, args, kwargs) from RUN_DIR/function, after the version check. The caller's sys.path
-    entries that exist here are appended, so modules it imported functions from by reference (a
-    notebook's own helpers) import on the ranks too."""
+    """(fn, args, kwargs) from RUN_DIR/function, after the signature and version checks. The
+    caller's sys.path entries that exist here are appended, so modules it imported functions from by
+    reference (a notebook's own helpers) import on the ranks too."""
     folder = Path(run_dir) / FUNCTION_FOLDER
     record = json.loads((folder / CALL_RECORD).read_text())
+    payload = (folder / CALL_FILE).read_bytes()
+    from ..owner_key import signed_by_owner
+
+    if not isinstance(record, dict) or not signed_by_owner(signed_bytes(payload, record), record.get("signature")):
+        raise UntrustedCallError(
+            f"{folder / CALL_FILE} and {CALL_RECORD} are not signed with the key of the user who runs this job "
+            f"(another user may have written them into the run directory): refusing to unpickle or import "
+            f"anything. fix: submit the function again from your own account, into a run directory only you can "
+            f"write")
     check_versions(record, folder)
     for entry in record.get("sys_path", []):
         if entry not in sys.path and os.path.isdir(entry):
             sys.path.append(entry)
-    payload = (folder / CALL_FILE).read_bytes()
-    from ..owner_key import signed_by_owner
-
-    if not signed_by_owner(payload, record.get("signature")):
-        raise UntrustedCallError(
-            f"{folder / CALL_FILE} is not signed with the key of the user who runs this job (another user may "
-            f"have written it into the run directory): refusing to unpickle it. fix: submit the function again "
-            f"from your own account, into a run directory only you can write")
     import cloudpickle  # noqa: F401  (pickles of functions by value need it importable)
     import pickle
 

@@ -47,6 +47,49 @@ def test_the_environment_makes_the_folder_private_and_keeps_the_users_settings(t
     assert compile_cache.environment(None, {}) == {}
 
 
+def test_an_existing_cache_folder_is_made_private_too(tmp_path):
+    """mkdir's mode holds only for a new folder: one left 0755 by an earlier run is chmodded."""
+    folder = tmp_path / "cache" / "k"
+    folder.mkdir(parents=True, mode=0o755)
+    os.chmod(folder, 0o755)
+    compile_cache.environment(folder, {})
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to make a folder another user owns")
+def test_a_cache_folder_another_user_owns_or_anyone_can_write_is_refused(tmp_path):
+    """Issue 44, item 14 (reproduced): a chosen compile_cache folder owned by uid 65534, mode 0777,
+    was used (JAX_COMPILATION_CACHE_DIR pointed there); make_private_dir refuses the same folder."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chown(shared, 65534, 65534)
+    os.chmod(shared, 0o777)
+    with pytest.raises(compile_cache.UnsafeCacheError, match="can be written by other users"):
+        compile_cache.environment(shared / "k", {})
+    theirs = tmp_path / "mine" / "k"
+    theirs.mkdir(parents=True)
+    os.chown(theirs, 65534, 65534)
+    with pytest.raises(compile_cache.UnsafeCacheError, match="belongs to another user"):
+        compile_cache.environment(theirs, {})
+    os.chmod(shared, 0o1777)  # sticky, as /tmp: nobody else can rename our folder in it
+    assert compile_cache.environment(shared / "k", {})["JAX_COMPILATION_CACHE_DIR"] == str(shared / "k")
+
+
+def test_the_gpu_models_are_part_of_the_key(monkeypatch, tmp_path):
+    """Executables compiled for one GPU model do not load on another (issue 44's planted bug: the
+    models left out of the key)."""
+    models = tmp_path / "gpus"
+    (models / "0000:01:00.0").mkdir(parents=True)
+    info = models / "0000:01:00.0" / "information"
+    real = compile_cache.Path
+    monkeypatch.setattr(compile_cache, "Path", lambda p: models if p == "/proc/driver/nvidia/gpus" else real(p))
+    info.write_text("Model: \t NVIDIA H100 80GB HBM3\n")
+    h100 = compile_cache.machine_kind("gpu")
+    info.write_text("Model: \t NVIDIA A100-SXM4-40GB\n")
+    assert "H100" in h100 and compile_cache.machine_kind("gpu") != h100
+    assert "A100" not in compile_cache.machine_kind("cpu")
+
+
 def test_the_counter_counts_jaxs_cache_events():
     counter = compile_cache.CacheCounter()
     counter._on_event("/jax/compilation_cache/cache_hits")

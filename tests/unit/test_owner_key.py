@@ -72,6 +72,38 @@ def test_a_swapped_call_pkl_is_refused_before_it_is_unpickled(tmp_path):
     assert not pwned.exists()
 
 
+def test_a_planted_sys_path_in_call_json_is_refused_before_any_import(tmp_path, monkeypatch):
+    """Issue 44, item 13 (reproduced): call.json's sys_path decides where a function pickled by
+    reference is imported from, and was not signed: pointing it at another folder with a module of
+    the same name ran that module's import-time code as the job's owner."""
+    import sys
+
+    from launcher.executor import function_files
+    from launcher.rank.function_job import UntrustedCallError, load_call
+
+    owners, theirs = tmp_path / "owner", tmp_path / "planted"
+    for folder, body in ((owners, "def work(ctx):\n    return 'mine'\n"),
+                         (theirs, "open(__file__ + '.RAN', 'w').close()\ndef work(ctx):\n    return 'theirs'\n")):
+        folder.mkdir()
+        (folder / "helpers_for_sys_path_test.py").write_text(body)
+    monkeypatch.syspath_prepend(str(owners))
+    import helpers_for_sys_path_test
+
+    run_dir = tmp_path / "run"
+    for name, data in function_files(helpers_for_sys_path_test.work, (), {}).items():
+        (run_dir / name).parent.mkdir(parents=True, exist_ok=True)
+        (run_dir / name).write_bytes(data)
+    del sys.modules["helpers_for_sys_path_test"]
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p != str(owners)])
+    record = json.loads((run_dir / "function" / "call.json").read_text())
+    record["sys_path"] = [str(theirs)]  # only call.json edited
+    (run_dir / "function" / "call.json").write_text(json.dumps(record))
+    with pytest.raises(UntrustedCallError, match="refusing to unpickle or import anything"):
+        load_call(run_dir)
+    assert str(theirs) not in sys.path and "helpers_for_sys_path_test" not in sys.modules
+    assert not (theirs / "helpers_for_sys_path_test.py.RAN").exists()
+
+
 def test_a_result_pkl_not_signed_by_its_owner_is_not_unpickled(tmp_path):
     from launcher import load_result
     from launcher.rundir.results import UntrustedResultError, write_result
