@@ -14,13 +14,14 @@ device environment (XLA_FLAGS, CUDA_VISIBLE_DEVICES) before JAX's first import.
 
 __version__ = "0.1.0"
 
-__all__ = ["run", "submit", "job", "Job", "Executor", "allreduce", "broadcast", "allgather", "barrier", "TreePacker", "JobContext", "context", "DEVICE_AXIS", "load_result", "load_spec",
+__all__ = ["run", "submit", "job", "Job", "Executor", "allreduce", "broadcast", "allgather", "barrier", "TreePacker", "JobContext", "context", "DEVICE_AXIS", "load_result", "load_checkpoint", "load_spec",
            "JobSpec", "JobState", "JobFailedError", "NoResultError", "__version__"]
 
 _LAZY = {
     "run": "api", "submit": "api", "job": "api", "Job": "api", "Executor": "executor",
     "allreduce": "rank.collectives", "broadcast": "rank.collectives", "allgather": "rank.collectives",
     "barrier": "rank.collectives", "TreePacker": "rank.collectives", "JobContext": "rank.context", "context": "rank.context", "DEVICE_AXIS": "rank.context", "load_result": "rundir.results",
+    "load_checkpoint": "rank.checkpoints",
     "load_spec": "spec", "JobSpec": "spec", "JobState": "states", "JobFailedError": "errors", "NoResultError": "errors",
 }
 

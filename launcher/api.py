@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from .backends import find_job, get_backend
 from .backends.base import Job
-from .errors import UsageError
+from .errors import UnknownJobError, UsageError
 
 
 def _load(spec, overrides):
@@ -45,5 +45,9 @@ def submit(spec, overrides=(), run_dir=None, check: bool = True) -> Job:
 
 
 def job(job_id_or_run_dir) -> Job:
-    """A handle on an earlier job: a Slurm job id, or a run directory."""
-    return find_job(job_id_or_run_dir)
+    """A handle on an earlier job: a Slurm job id, or a run directory. UnknownJobError for an id
+    that neither its scheduler nor jaxlaunch's records know (as `jaxlaunch status ID` says)."""
+    handle = find_job(job_id_or_run_dir)
+    if handle.run is None and not handle.exists():
+        raise UnknownJobError(get_backend(handle.backend).unknown_ids_message([handle.id]))
+    return handle

@@ -73,3 +73,13 @@ def test_the_known_job_still_answers(slurm, tmp_path):
                                                                   "job_id": "77", "exit_code": 0}))
     result = invoke_within(["watch", "77", "--interval", "0.2"])
     assert result.exit_code == 0 and "COMPLETED" in result.output
+
+
+def test_the_apis_job_refuses_an_id_nobody_knows_as_the_cli_does(slurm):
+    """Issue 44, item 10: launcher.job(99999) returned a handle without complaint."""
+    import launcher
+    from launcher.errors import UnknownJobError
+
+    with pytest.raises(UnknownJobError, match="no job 99999 known to Slurm or to jaxlaunch"):
+        launcher.job(99999)
+    assert launcher.job(77).id == "77"
