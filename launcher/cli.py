@@ -457,7 +457,11 @@ def goodput(job_id, plot_path):
         job = find_known_job(job_id, needs_run_dir=True)
         result, name = job.goodput(), job.id
     click.echo(tabulate(result.rows(), headers=["", "SECONDS", "SHARE"]))
-    click.echo(f"goodput: {100 * result.goodput:.1f}% of the wall time was productive steps")
+    if result.reported:
+        click.echo(f"goodput: {100 * result.goodput:.1f}% of the wall time was productive steps")
+    else:  # not 0%: there were no steps to count, and the program's whole run reads as wind-down above
+        click.echo("goodput: not measured: the job never reported a step, so its time after start-up counts as "
+                   "wind-down above; launcher.context().report(step) in the program's loop gives goodput its steps")
     if result.budgets:
         from .goodput import BUDGET_HEADERS
 

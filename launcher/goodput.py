@@ -74,6 +74,7 @@ class Goodput:
     attempts: list = field(default_factory=list)         # per attempt: its intervals, for the timeline
     budgets: list = field(default_factory=list)          # per attempt: its start-up budget (start_up_budget)
     submitted: float | None = None
+    reported: bool = True  # the job reported steps (ctx.report): without, there are no steps to count
 
     @property
     def accounted(self) -> float:
@@ -114,7 +115,7 @@ def goodput(run_dir) -> Goodput:
     first_start = starts[0]["time"] if starts else status.get("started") or end_of_run
     submitted = status.get("submitted") or first_start
     result = Goodput(wall_seconds=end_of_run - submitted, submitted=submitted,
-                     seconds={name: 0.0 for name in CATEGORIES})
+                     seconds={name: 0.0 for name in CATEGORIES}, reported=bool(reports))
     result.seconds["queued"] = max(0.0, first_start - submitted)
     attempts = []
     for index, start in enumerate(starts):

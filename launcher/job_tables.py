@@ -176,6 +176,10 @@ def print_status(refs: list[str], verbose: bool, echo) -> None:
                 _print_part(backend, sweeps, jobs, False, verbose, parts.echo)
             except JaxlaunchError as error:  # this backend's part only: the others stand
                 parts.echo(backend.not_asked_line(error))
+            hidden = backend.unlisted()
+            if hidden:
+                parts.echo(f"({hidden} older {backend.name} job{'s' if hidden > 1 else ''} not shown: "
+                           f"`jaxlaunch status ID_OR_RUN_DIR` shows any of them)")
         if not parts.printed:
             echo(NOTHING_YET)
         return

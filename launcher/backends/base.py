@@ -356,6 +356,10 @@ class Backend(ABC):
         job handles), newest first, from what this machine recorded (no scheduler call)."""
         return [], []
 
+    def unlisted(self) -> int:
+        """How many older jobs this backend knows that `listed` leaves out (status says so)."""
+        return 0
+
     def resolve(self, refs: list[str]) -> tuple[list, list[Job]]:
         """The ids the user named that this backend claims, as (sweep directories, job handles),
         in their order; no scheduler call (`status_rows` asks once for all)."""

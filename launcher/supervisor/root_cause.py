@@ -274,6 +274,16 @@ def hang_lines(hang: dict) -> list[str]:
     return lines
 
 
+def _on_slurm(run_path) -> bool:
+    """Whether the run was a Slurm job (its status says so): scancel means nothing to a local run."""
+    if run_path is None:
+        return True
+    try:
+        return _run(run_path).status().backend == "slurm"
+    except (OSError, ValueError):
+        return True
+
+
 def summary_lines(failure: dict, run_path=None) -> list[str]:
     """What every command shows of a failure.json: the root cause, the others, the hang report."""
     lines = [f"{failure['state']}: {failure['summary']}"]
@@ -287,7 +297,7 @@ def summary_lines(failure: dict, run_path=None) -> list[str]:
     cancelled = failure.get("reason") == "cancelled"
     if "hang" in failure:
         lines += hang_lines(failure["hang"])
-        if cancelled and not all(entry["answered"] for entry in failure["hang"]["ranks"]):
+        if cancelled and not all(entry["answered"] for entry in failure["hang"]["ranks"]) and _on_slurm(run_path):
             lines.append("  (a plain scancel ends mpirun's ranks at once, before they can answer; "
                          "`jaxlaunch cancel` asks them for their stacks first)")
     first = failure.get("first_failure")

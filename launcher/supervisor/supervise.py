@@ -119,6 +119,7 @@ class Supervisor:
         self.spec, self.run, self.argv, self.env = spec, run, argv, env
         self.echo, self.write_output, self.write_stdout = echo, write_output, write_stdout
         self.stop_signal: int | None = None
+        self.cancelled_by: str | None = None  # _cancelled_by's words, found once
         self.deadline = None
         # Where the job runs: this machine, or a scheduler's allocation (a Slurm batch job).
         self.allocation = allocation or Allocation()
@@ -425,9 +426,20 @@ class Supervisor:
             return True
         return self.allocation.cancelled_outside()
 
+    def _cancelled_by(self) -> str:
+        """Who ended the job, in words: `jaxlaunch cancel`, Ctrl-C, or the signal."""
+        if self.cancelled_by is None:
+            if self._cancel_requested():
+                self.cancelled_by = "cancelled with jaxlaunch cancel"
+            elif self.stop_signal == signal.SIGINT:
+                self.cancelled_by = "cancelled by Ctrl-C (SIGINT)"
+            else:
+                self.cancelled_by = f"cancelled by {signal.Signals(self.stop_signal).name}"
+        return self.cancelled_by
+
     def _why_stop(self) -> tuple[str | None, str]:
         if self.stop_signal is not None:
-            return "cancelled", f"cancelled by {signal.Signals(self.stop_signal).name}"
+            return "cancelled", self._cancelled_by()
         if self.deadline is not None and time.monotonic() > self.deadline:
             return "timeout", f"timed out after {self.spec.timeout} s (the spec's timeout)"
         early = left_early(self.channel.waiting(), self.channel.done())

@@ -139,7 +139,8 @@ def test_signal_to_the_launcher_stops_everything(tmp_path, sig):
         log = (run_dir / "logs" / f"rank-{rank}.log").read_text()
         assert f"jaxlaunch: stacks of rank {rank} (cancelled)" in log
     assert "in stuck_outside_collectives" in (run_dir / "logs" / "rank-1.log").read_text()
-    assert f"CANCELLED: cancelled by {sig.name}" in err
+    said = "Ctrl-C (SIGINT)" if sig == signal.SIGINT else sig.name
+    assert f"CANCELLED: cancelled by {said}" in err
 
 
 def test_timeout_dumps_stacks_and_reports_where_each_rank_is(tmp_path):

@@ -167,3 +167,38 @@ def test_explain_says_which_watchdog_a_program_gets_and_a_missing_time_limit_in_
     off = watchdog_lines(load_spec(write_spec("name: x\nentrypoint: m:f\nhang_timeout: null\ntimeout: 5m\n")))
     assert off == ["hang watchdog: off (hang_timeout: null)",
                    "a launcher collective may wait 30 min; the whole job may run 5 min (timeout)"]
+
+
+def test_more_processes_than_cores_is_a_warning_in_explain_and_run(write_spec, monkeypatch):
+    """Issue 44, item 8: 64 processes on a 2-core machine ran without a word."""
+    from launcher.backends.local import plan
+
+    monkeypatch.setattr(plan.os, "cpu_count", lambda: 2)
+    crowded = load_spec(write_spec("name: x\nentrypoint: m:f\nnodes: 4\nprocesses_per_node: 16\n"))
+    assert plan.oversubscribed(crowded) == (
+        "64 processes on 2 cores here: they take turns on the cores (oversubscribed), so each runs slower and "
+        "timings mean little; fewer processes (-n, -N) fit this machine")
+    assert plan.oversubscribed(load_spec(write_spec("name: x\nentrypoint: m:f\nprocesses_per_node: 2\n"
+                                                    "devices_per_process: 4\n"))) is None  # emulated devices share
+    result = CliRunner().invoke(main, ["explain", str(write_spec("name: x\nentrypoint: m:f\n")), "-n", "3"])
+    assert result.output.rstrip().endswith("warning: 3 processes on 2 cores here: they take turns on the cores "
+                                           "(oversubscribed), so each runs slower and timings mean little; fewer "
+                                           "processes (-n, -N) fit this machine"), result.output
+
+
+def test_a_job_without_a_time_limit_is_told_which_limit_of_the_partition_applies(write_spec):
+    """Issue 44, item 4: a script submitted to Slurm got no #SBATCH --time and ran to the partition's
+    limit without a word."""
+    from launcher.backends.slurm.fit import check_against_cluster
+
+    spec = load_spec(write_spec("name: x\nentrypoint: m:f\n"))
+    cluster = ([{"PartitionName": "debug", "Default": "YES", "TotalNodes": "2", "MaxTime": "UNLIMITED",
+                 "DefaultTime": "01:00:00"}], [])
+    problems, warnings = check_against_cluster(spec, cluster)
+    assert not problems and warnings == [
+        "no time limit in the spec (timeout, slurm.time): partition 'debug''s limit applies, its DefaultTime 01:00:00; "
+        "set timeout (the supervisor then stops the job with a hang report) or slurm.time"]
+    cluster[0][0]["DefaultTime"] = "NONE"
+    assert "its MaxTime UNLIMITED" in check_against_cluster(spec, cluster)[1][0]
+    timed = load_spec(write_spec("name: x\nentrypoint: m:f\ntimeout: 1h\n"))
+    assert check_against_cluster(timed, cluster) == ([], [])

@@ -65,3 +65,23 @@ def test_a_program_without_devices_or_runtime_marks_leaves_those_phases_out():
     budget = start_up_budget(0.0, None, 0.0, events, end=20.0)
     assert budget["jax.distributed"] is None and budget["JAX and devices"] is None and budget["preflight"] == 1.0
     assert budget["compile"] == 4.0 and budget["first step"] == 0.0  # never more than main to the first report
+
+
+def test_a_run_that_never_reported_says_goodput_is_not_measured_instead_of_zero(tmp_path):
+    """Issue 44, item 5: a program that never calls ctx.report read '0.0% productive'."""
+    from click.testing import CliRunner
+
+    from launcher.cli import main
+    from launcher.rundir import RunDirectory
+    from launcher.spec import JobSpec
+
+    run = RunDirectory.create(JobSpec(name="x", entrypoint="train.py"), tmp_path / "run")
+    run.update_status(state="COMPLETED", backend="local", started=100.0, ended=110.0)
+    run.log_event("attempt_started", attempt=0)
+    run.log_event("main_started", attempt=0)
+    run.log_event("attempt_ended", attempt=0, state="COMPLETED")
+    result = CliRunner().invoke(main, ["goodput", str(run.path)])
+    assert result.exit_code == 0, result.output
+    assert "goodput: not measured: the job never reported a step" in result.output
+    assert "% of the wall time was productive steps" not in result.output
+    assert not gp.goodput(run.path).reported

@@ -64,9 +64,28 @@ def test_status_of_an_unknown_job_is_exit_2_after_the_known_ones(slurm):
     assert result.exit_code == 2
     table, error = result.output.split("Error: ")
     assert table.splitlines()[2].split()[:2] == ["77", "RUNNING"]
-    assert table.splitlines()[3].split()[:3] == ["78", "COMPLETED", "(no"]
+    assert table.splitlines()[3].split()[:2] == ["78", "COMPLETED"]  # Slurm forgot it; its final state stands
+    assert "no longer known" not in table
     assert error.startswith("no job 99999 known to Slurm or to jaxlaunch")
     assert invoke("status", "77").exit_code == 0
+
+
+def test_status_says_how_many_older_jobs_it_leaves_out_and_an_old_unfinished_entry_is_unknown(slurm, tmp_path):
+    """Issue 44, item 7: `status` showed 20 of 72 jobs without a word, and an entry Slurm forgot
+    before it ended read 'SUBMITTED (no longer known to Slurm)'."""
+    from launcher.backends.slurm.status import LISTED
+
+    for number in range(100, 100 + LISTED + 3):
+        (index.jobs_index() / f"{number}.json").write_text(json.dumps({"job_id": str(number),
+                                                                        "run_dir": str(tmp_path / f"gone{number}")}))
+    run = RunDirectory.create(JobSpec(name="x", entrypoint="m:f"), tmp_path / "run200")
+    run.update_status(state="SUBMITTED")
+    (index.jobs_index() / "200.json").write_text(json.dumps({"job_id": "200", "run_dir": str(run.path)}))
+    result = invoke("status")
+    assert "(6 older slurm jobs not shown: `jaxlaunch status ID_OR_RUN_DIR` shows any of them)" in result.output, \
+        result.output
+    shown = invoke("status", "200")
+    assert "200  unknown: Slurm no longer knows it (last seen SUBMITTED)" in shown.output, shown.output
 
 
 @pytest.mark.parametrize("rank", [-1, 4, 1000])

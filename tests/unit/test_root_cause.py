@@ -246,3 +246,18 @@ def test_a_cancel_shows_no_teardown_words_and_says_how_to_get_every_stack():
         "  rank 1 (b): not in a collective (2 started), at job.py:3 in f",
         "  (a plain scancel ends mpirun's ranks at once, before they can answer; `jaxlaunch cancel` asks them "
         "for their stacks first)"]
+
+
+def test_a_local_ctrl_c_gets_no_scancel_hint(tmp_path):
+    """Issue 44, item 12: a local Ctrl-C printed a hint about scancel."""
+    from launcher.rundir import RunDirectory
+    from launcher.spec import JobSpec
+
+    run = RunDirectory.create(JobSpec(name="x", entrypoint="m:f"), tmp_path / "run")
+    run.update_status(backend="local")
+    failure = build([], False, state="CANCELLED", reason="cancelled", detail="cancelled by Ctrl-C (SIGINT)",
+                    started_ranks={}, rank_states=[])
+    lines = root_cause.summary_lines(failure, run.path)
+    assert lines[0] == "CANCELLED: cancelled by Ctrl-C (SIGINT)" and not any("scancel" in line for line in lines)
+    run.update_status(backend="slurm")
+    assert any("plain scancel" in line for line in root_cause.summary_lines(failure, run.path))

@@ -302,8 +302,23 @@ def test_the_first_stop_signal_is_the_one_the_job_is_cancelled_by(tmp_path):
     sup = Supervisor(spec, run, [], {})
     sup._on_signal(signal.SIGINT, None)
     sup._on_signal(signal.SIGTERM, None)
-    assert sup._why_stop() == ("cancelled", "cancelled by SIGINT")
+    assert sup._why_stop() == ("cancelled", "cancelled by Ctrl-C (SIGINT)")
     assert exit_code_for("CANCELLED", sup.stop_signal) == 130
+
+
+def test_a_cancel_says_who_cancelled_in_words(tmp_path):
+    """Issue 44, item 12: `status` after `jaxlaunch cancel` said 'cancelled by SIGTERM'."""
+    from launcher.states import CANCEL_EVENT
+
+    spec, run = make_run(tmp_path)
+    sup = Supervisor(spec, run, [], {})
+    sup._on_signal(signal.SIGTERM, None)
+    run.log_event(CANCEL_EVENT)
+    assert sup._why_stop() == ("cancelled", "cancelled with jaxlaunch cancel")
+    other = Supervisor(spec, run, [], {})
+    other.launched = 1e12  # the cancel event belongs to an earlier launch
+    other._on_signal(signal.SIGTERM, None)
+    assert other._why_stop() == ("cancelled", "cancelled by SIGTERM")
 
 
 # --- restarts -------------------------------------------------------------------------------------

@@ -19,6 +19,8 @@ import time
 from pathlib import Path
 
 from ...errors import JobStateError, UsageError
+
+LISTED_RUNS = 10  # the newest runs under runs/ that `status` lists without arguments
 from .. import mpirun
 from . import plan as launch
 from ...rundir import RunDirectory
@@ -236,6 +238,9 @@ class LocalBackend(Backend):
         from ...supervisor import describe_outcome, result_text, supervise
 
         plan = (plan or launch.LocalPlan(spec, run.path)).launch_plan(run.path)
+        crowded = launch.oversubscribed(spec)
+        if crowded:
+            echo(f"jaxlaunch: warning: {crowded}")
         started = time.time()
         run.update_status(backend="local", command=plan.argv, supervisor_pid=os.getpid(),
                           supervisor_start=_start_ticks(os.getpid()), supervisor_host=socket.gethostname())
@@ -298,12 +303,18 @@ class LocalBackend(Backend):
             raise UsageError(f"{run_dir} is not a run directory (no spec.json there)")
         return LocalJob(run)
 
-    def recent(self, root: str | Path = "runs", limit: int = 10) -> list[LocalJob]:
+    def recent(self, root: str | Path = "runs", limit: int = LISTED_RUNS) -> list[LocalJob]:
         """The newest local runs under `root` (`jaxlaunch status` without ids)."""
-        folders = sorted((p.parent for p in Path(root).glob(f"*/{STATUS_FILE}")), key=lambda p: p.stat().st_mtime,
-                         reverse=True)
-        jobs = [LocalJob(RunDirectory(folder)) for folder in folders[:limit]]
+        jobs = [LocalJob(RunDirectory(folder)) for folder in self._run_folders(root)[:limit]]
         return [job for job in jobs if job.status().backend == "local"]
+
+    @staticmethod
+    def _run_folders(root: str | Path = "runs") -> list[Path]:
+        return sorted((p.parent for p in Path(root).glob(f"*/{STATUS_FILE}")), key=lambda p: p.stat().st_mtime,
+                      reverse=True)
+
+    def unlisted(self) -> int:
+        return max(0, len(self._run_folders()) - LISTED_RUNS)
 
     # --- jaxlaunch status, explain --------------------------------------------------------------
 
@@ -321,8 +332,8 @@ class LocalBackend(Backend):
         return launch.placement(spec)
 
     def check_fit(self, spec):
-        """This machine: a GPU (and JAX's CUDA plugin) for `platform: gpu`."""
-        return launch.problems_here(spec), []
+        """This machine: a GPU (and JAX's CUDA plugin) for `platform: gpu`; more processes than cores."""
+        return launch.problems_here(spec), [w for w in [launch.oversubscribed(spec)] if w]
 
     def container_command(self, spec, run_dir, workdir) -> str:
         return launch.container_command(spec, Path(run_dir), Path(workdir))

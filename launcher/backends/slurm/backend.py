@@ -396,6 +396,11 @@ class SlurmBackend(Backend):
         sweeps, ids = split_sweeps(listed_ids(), skip_missing=True)
         return sweeps, self.find_many(ids)
 
+    def unlisted(self) -> int:
+        from .status import LISTED
+
+        return max(0, len(index.known_job_ids()) - LISTED)
+
     def resolve(self, refs: list[str]):
         from .status import split_sweeps
 

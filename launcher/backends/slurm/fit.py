@@ -106,6 +106,11 @@ def check_against_cluster(spec: JobSpec, cluster: tuple[list[dict], list[dict]] 
         problems.append(f"{asked} nodes requested{spares}; partition {wanted!r} allows {max_nodes} per job "
                         f"(MaxNodes). Fix: --set nodes={max_nodes} or less" + (" with fewer spare_nodes" if spares else ""))
     limit, max_time = slurm_time_limit(spec), _slurm_seconds(partition.get("MaxTime", ""))
+    if not limit:  # no --time in the batch script: the partition's default (else its maximum) applies
+        default = partition.get("DefaultTime") if partition.get("DefaultTime") not in (None, "NONE") else None
+        applies = (f"its DefaultTime {default}" if default else f"its MaxTime {partition.get('MaxTime', 'UNLIMITED')}")
+        warnings.append(f"no time limit in the spec (timeout, slurm.time): partition {wanted!r}'s limit applies, "
+                        f"{applies}; set timeout (the supervisor then stops the job with a hang report) or slurm.time")
     if limit and max_time and limit > max_time:
         problems.append(f"time limit {limit} s exceeds partition {wanted!r}'s MaxTime {partition['MaxTime']}. "
                         f"Fix: {_time_fix(spec, max_time)}")

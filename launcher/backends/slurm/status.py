@@ -45,8 +45,10 @@ def job_rows(backend, jobs) -> StatusRows:
             unknown.append(job.id)
             continue
         known.append(job)
-        if info is None:
-            rows.append([job.id, f"{job.status().state} (no longer known to Slurm)", "", "", str(job.run_dir)])
+        if info is None:  # Slurm forgot it (MinJobAge); its last state is final, or unknown from here
+            state = job.status().state
+            shown = str(state) if state.final else f"unknown: Slurm no longer knows it (last seen {state})"
+            rows.append([job.id, shown, "", "", str(job.run_dir)])
         else:
             state = job.state()
             shown = info.describe_state() if state == JobState.parse(info.state) else str(state)
