@@ -155,11 +155,14 @@ def test_script_with_its_own_preemption_handler_checkpoints_and_resumes_bit_iden
     run_dir = tmp_path / "preempted"
     process = start(PROGRAMS / "preemptible_train.yaml", run_dir, *steps)
     wait_for_file(run_dir / "logs" / "rank-0.log", 60, process)
-    deadline = time.monotonic() + 60
-    while '"main_started"' not in (run_dir / "events.jsonl").read_text():
+    deadline = time.monotonic() + 120
+    # The program's own jax.distributed.initialize() has returned (its event), so its loop runs: under
+    # load a fixed sleep after main_started could land before its first step (issue 44: a failure seen
+    # once under load); a notice there is still held and heard at the first sync point (step 0).
+    while '"jax_distributed"' not in (run_dir / "events.jsonl").read_text():
         assert time.monotonic() < deadline and process.poll() is None
         time.sleep(0.1)
-    time.sleep(2.0)  # a few steps in
+    time.sleep(1.0)  # a few steps in, on an idle machine
     process.send_signal(signal.SIGUSR2)
     out, err = process.communicate(timeout=120)
     assert process.returncode == 75, err  # PREEMPTED
@@ -167,7 +170,7 @@ def test_script_with_its_own_preemption_handler_checkpoints_and_resumes_bit_iden
     saved = [l for l in (run_dir / "logs" / "rank-0.log").read_text().splitlines() if "preempted: saved step" in l]
     assert saved, err
     step = int(saved[0].rsplit(" ", 1)[1])
-    assert 0 < step < 60
+    assert 0 <= step < 60
     assert "SIGTERM caught" in (run_dir / "logs" / "rank-1.log").read_text()  # JAX's notifier heard it
     resumed = jaxlaunch("run", "--resume", run_dir, timeout=300)
     assert resumed.returncode == 0, resumed.stderr
