@@ -93,7 +93,7 @@ def test_interrupting_a_drill_ends_its_trial_with_no_rank_left_stopped(tmp_path)
         folder = tmp_path / f"drill-{signum}"
         drill = subprocess.Popen([str(Path(sys.executable).parent / "jaxlaunch"), "drill", str(PLAIN), "-n", "2",
                                   "--faults", "hang", "--seed", "1", "--run-dir", str(folder), "--",
-                                  "--steps", "2000", "--step-sleep", "0.03"],
+                                  "--steps", "300", "--step-sleep", "0.03"],
                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         trial = folder / "hang-1"
         deadline = time.monotonic() + 120
