@@ -57,7 +57,7 @@ def _job_frames(tb):
     return skipped or tb
 
 
-def _fail(comm, output, run, rank: int, exc: BaseException, exit_code: int = 1) -> None:
+def _fail(comm, output, run, rank: int, exc: BaseException, exit_code: int = 1, step=None) -> None:
     """Show the traceback, keep it in the run directory, and bring the whole job down.
 
     Without MPI_Abort the other ranks would wait forever in their next collective.
@@ -73,6 +73,7 @@ def _fail(comm, output, run, rank: int, exc: BaseException, exit_code: int = 1) 
                 "rank": rank, "host": node_name(os.environ), "pid": os.getpid(), "time": time.time(),
                 "exit_code": exit_code, "signal": None, "error": summary, "traceback": text,
                 "kind": "exit" if isinstance(exc, SystemExit) else "exception",
+                "step": step if isinstance(step, int) else None,  # the last step it reported
             })
         # What python itself prints: the traceback, or for sys.exit(N) nothing (for sys.exit("msg"), msg).
         shown = text
@@ -165,7 +166,7 @@ def main() -> None:
 
     comm = MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()
-    output = run = None
+    output = run = monitor = None
     try:
         run = RunDirectory(os.environ[RUN_DIR_ENV])
         output = RankOutput(run.rank_log(rank), rank).start()
@@ -300,9 +301,13 @@ def main() -> None:
     except SystemExit as exc:
         from .program import exit_code
 
-        _fail(comm, output, run, rank, exc, exit_code(exc))
+        _fail(comm, output, run, rank, exc, exit_code(exc), step=_last_step(monitor))
     except BaseException as exc:  # noqa: BLE001  (any failure must abort every rank)
-        _fail(comm, output, run, rank, exc)
+        _fail(comm, output, run, rank, exc, step=_last_step(monitor))
+
+
+def _last_step(monitor) -> int | None:
+    return getattr(getattr(monitor, "progress", None), "last_step", None)
 
 
 def jaxlaunch_logger() -> logging.Logger:

@@ -72,6 +72,7 @@ class ProgressReporter:
 
     def __init__(self, rank: int):
         self.rank = rank
+        self.last_step = None
         self.total: int | None = None
         self._reports: deque = deque()  # append and popleft are thread-safe
         self._previous: tuple[int, float] | None = None  # (step, time) of the last report sent
@@ -80,6 +81,7 @@ class ProgressReporter:
     def report(self, step: int, total: int | None = None, **metrics) -> None:
         if self.first is None:  # the start-up budget: when, and after how much compiling
             self.first = (time.time(), _compile_seconds())
+        self.last_step = step  # where this rank was when it fails (its error record; the governor)
         self._reports.append((step, time.time(), total, metrics if self.rank == 0 else None))
 
     def take(self, wait: bool = False) -> dict | None:

@@ -302,6 +302,10 @@ class JobSpec(Record):
                                "log keeps all of its own", "tagged")
     max_restarts: int = field(
         Integer(minimum=0), "restarts of the whole job after a failure (ctx.attempt tells the job which attempt)", 0)
+    stop_repeated_failures: bool = field(
+        Boolean(), "do not restart, requeue or move to a spare node an attempt that failed the program's own way "
+                   "(an exception, an exit, a hang) at the same place as the attempt before, with no checkpoint "
+                   "written between: the job ends with the reason; false: every failure is retried", True)
     keep_checkpoints: int = field(
         COUNT, "how many of the newest checkpoints ctx.checkpoints keeps in RUN_DIR/checkpoints", 2)
     async_checkpoints: bool = field(

@@ -122,10 +122,12 @@ def build_failure(*, state: str, reason: str, num_processes: int, rank_errors: l
     | `torn_down_ranks` | ranks that ended only because the job was torn down |
     | `hang` | for timeouts, watchdog stops and cancels: `ranks` (per rank: `answered`, `host`, `where`, `collective`, `waiting_seconds`, `collectives_started`), and for the watchdog `collective` (`name`, `seq`, `seconds`) and `never_arrived`; for hangs `roll_call` (`line`, `waiting`: where most ranks wait, `culprits`: the ranks elsewhere, each with `rank`, `host`, `kind`, `where`, `why`) |
     | `launcher` | `exit_code` of mpirun/srun and its last `messages` (also in `logs/launcher.log`) |
+    | `governor` | when the job was not tried again because its failure repeated (supervisor/governor.py): `decision` (`stopped`) and `why` |
 
     A rank record has `rank`, `host`, `time`, `exit_code`, `signal` (e.g. `SIGSEGV`, or null), `error` (the
     exception's own `Type: message`, never a note JAX appends; or what happened, e.g. `killed by SIGKILL`),
-    `traceback` (Python's, or faulthandler's after a crash in C), and `source` (`rank`: the rank recorded it
+    `traceback` (Python's, or faulthandler's after a crash in C), `step` (the last step the rank reported, when
+    it recorded its own error), and `source` (`rank`: the rank recorded it
     itself; `launcher`: from mpirun's or srun's report; `watchdog`). A rank that dies without a trace and that
     the launcher does not name (srun does not report a task that exits with code 0; mpirun may name the peer
     whose connection broke instead) is reported as `vanished without a trace`.

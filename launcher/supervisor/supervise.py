@@ -40,7 +40,7 @@ from ..spec import JobSpec
 from ..states import CANCEL_EVENT, EXIT_COMPLETED, EXIT_FAILED, EXIT_PREEMPTED, EXIT_TIMEOUT, JobState
 from .. import stragglers
 from .allocation import Allocation
-from . import root_cause, rollcall
+from . import governor, root_cause, rollcall
 from .watchdog import HangWatchdog, describe_setting
 from .processes import kill_job_processes
 from .report import describe_outcome, result_text, write_to_stderr, write_to_stdout
@@ -155,11 +155,17 @@ class Supervisor:
             while not failing_check:
                 self.run.update_status(state=JobState.RUNNING, attempts=attempt + 1, restarts=attempt - first - swaps,
                                        started=started, attempt_started=time.time())
+                attempt_started = time.time()
                 state, failure, stop_reason = self._attempt(attempt)
                 if state == JobState.PREEMPTED:
                     state, failure = self._after_preemption(failure)
                     break
                 lost = self.allocation.lost_nodes() if state == JobState.FAILED and stop_reason is None else {}
+                if state != JobState.COMPLETED:
+                    why = self._repeated_failure(attempt, failure, stop_reason, attempt_started, lost)
+                    if why is not None:
+                        failure = self._governed(failure, why)
+                        break
                 culprits = {} if lost else self._hang_culprit_nodes(stop_reason, failure)
                 bad, cause = (lost, "node_failure") if lost else (culprits, "hang")
                 # A spare node of the allocation takes the bad node's place: the next attempt starts
@@ -195,6 +201,29 @@ class Supervisor:
         self.run.update_status(state=state.value, exit_code=exit_code, ended=time.time(), reason=reason)
         self.allocation.finish(self.run, state, self.requeue_cause, self.echo)
         return Outcome(state.value, exit_code, failure, attempt + 1, restarts=max(0, attempt - first - swaps))
+
+    # --- a failure that repeats (governor.py) --------------------------------------------------
+
+    def _repeated_failure(self, attempt: int, failure: dict | None, stop_reason: str | None, started: float,
+                          lost: dict) -> str | None:
+        """Record how the attempt ended; why not to try again when it repeats the one before."""
+        end = governor.classify(attempt, failure, stop_reason, self.run, started,
+                                machine_cause="node_failure" if lost else None)
+        previous = governor.previous_end(self.run, attempt)
+        governor.record(self.run, end)
+        if not self.spec.stop_repeated_failures:
+            return None
+        return governor.repeated(previous, end)
+
+    def _governed(self, failure: dict | None, why: str) -> dict:
+        """failure.json with the governor's decision: the job ends here."""
+        failure = dict(failure or {})
+        failure["governor"] = {"decision": "stopped", "why": why}
+        failure["summary"] = f"{failure.get('summary', 'failed')}; {why}"
+        atomic_write_json(self.run.failure_file, failure)
+        self.run.log_event("governor", decision="stopped", why=why)
+        self.echo(f"jaxlaunch: {why}")
+        return failure
 
     # --- bad nodes ---------------------------------------------------------------------------
 

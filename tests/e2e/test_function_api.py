@@ -16,7 +16,7 @@ import pytest
 import launcher
 from conftest import jaxlaunch
 from launcher.executor import function_files
-from launcher.rank.function_job import CALL_RECORD, FunctionVersionError, check_versions
+from launcher.rank.function_job import CALL_FILE, CALL_RECORD, FunctionVersionError, check_versions
 
 pytestmark = pytest.mark.e2e
 
@@ -91,8 +91,13 @@ def test_a_pickle_from_another_python_or_jaxlaunch_is_named_not_an_unpickling_tr
     fn = lambda ctx: 1  # noqa: E731
     executor = launcher.Executor("local", processes_per_node=2)
     files = function_files(fn, (), {})
-    record = json.loads(files[f"function/{CALL_RECORD}"])
-    files[f"function/{CALL_RECORD}"] = json.dumps({**record, "python": "3.9.0"}).encode()
+    record = {**json.loads(files[f"function/{CALL_RECORD}"]), "python": "3.9.0"}
+    # as the owner pickled it on a Python 3.9 node: call.json signed with the call, by the owner's key
+    from launcher.owner_key import sign
+    from launcher.rank.function_job import signed_bytes
+
+    record["signature"] = sign(signed_bytes(files[f"function/{CALL_FILE}"], record))
+    files[f"function/{CALL_RECORD}"] = json.dumps(record).encode()
     job = executor.backend.start(executor.job_spec(fn), None, files=files)
     with pytest.raises(launcher.JobFailedError) as caught:
         job.result(timeout=120)

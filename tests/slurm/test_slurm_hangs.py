@@ -39,3 +39,26 @@ def test_a_hang_requeues_the_job_without_the_culprits_node_and_it_completes(slur
     result = json.loads((run_dir / "result.json").read_text())
     assert result["attempt"] == 1
     assert result["w"] == json.loads((tmp_path / "clean" / "result.json").read_text())["w"]  # bit for bit
+
+
+def test_the_programs_own_hang_on_every_attempt_ends_after_the_second_with_one_node_excluded(
+        slurm_env, slurm_cluster, tmp_path):
+    """Issue 45: rank 1 stalls in its loader at step 8 on every attempt (the program's own hang,
+    wherever it runs). Before: requeued each time without the culprit's node (three healthy nodes
+    excluded, one twice) until the requeues were spent. Now the second hang at the same place ends
+    the job: two attempts, one node excluded, no node listed twice, and status says why."""
+    run_dir = tmp_path / "run"
+    job_id = submit(slurm_env, SPEC, run_dir, *LAYOUT, "--set", "params.how=loader", "--set", "params.stall_attempt=-1",
+                    "--set", "hang_timeout=5", "--set", "slurm.max_requeues=3")
+    assert wait_for_end(slurm_env, job_id, timeout=300) in ("TIMEOUT", "FAILED")
+    status = json.loads((run_dir / "status.json").read_text())
+    assert status["attempts"] == 2 and status["requeues"] == 1, status
+    assert len(status["excluded_nodes"]) == 1, status
+    assert "the program's own hang, twice at the same place after step 7" in status["reason"], status["reason"]
+    final = job_record(slurm_cluster, job_id)
+    listed = hostnames(slurm_cluster, final["ExcNodeList"])
+    assert len(listed) == len(set(listed)) == 1, final["ExcNodeList"]
+    failure = json.loads((run_dir / "failure.json").read_text())
+    assert failure["governor"]["decision"] == "stopped" and "read_batch" in failure["governor"]["why"]
+    shown = jaxlaunch("status", job_id, env=slurm_env).stdout
+    assert "twice at the same place" in shown, shown

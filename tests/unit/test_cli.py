@@ -24,7 +24,8 @@ def test_misspelled_key_exits_2_with_file_line_and_valid_keys(write_spec):
         "  valid keys: args, async_checkpoints, collective_timeout, compile_cache, container, "
         "devices_per_process, entrypoint, env, hang_timeout, jax_distributed, jax_distributed_timeout, "
         "keep_checkpoints, max_parallel, max_restarts, name, nodes, output, params, platform, preemption_signal, "
-        "processes_per_node, run_dir, setup, slurm, snapshot, sweep, sweep_limit, timeout, transport\n"
+        "processes_per_node, run_dir, setup, slurm, snapshot, stop_repeated_failures, sweep, sweep_limit, timeout, "
+        "transport\n"
         "  fix: did you mean 'nodes'? rename or remove the key.\n")
     assert "Traceback" not in result.output
 
@@ -97,7 +98,7 @@ def test_print_spec_shows_each_resolved_value_with_its_type_and_runs_nothing(wri
                      "setup = []  (list)", "snapshot = False  (bool)", "container = None  (null)"):
         assert expected in lines
     assert "hang_timeout = 'auto'  (str)" in lines
-    assert len(lines) == 43  # one line per key, params expanded
+    assert len(lines) == 44  # one line per key, params expanded
     assert not (tmp_path / "run").exists()
 
 

@@ -160,3 +160,13 @@ def test_a_node_failure_requeues_only_where_the_partition_can_spare_the_node(fak
         assert "would wait in the queue for good" in summary and "--set slurm.partition" in outcome.failure["fix"]
     else:
         assert slurm.requeued == ["7"] and status(run)["excluded_nodes"] == ["node2"]
+
+
+def test_the_exclusion_list_names_each_node_once():
+    """Issue 45: a second requeue wrote ExcNodeList=node2,node2,node4 (Slurm's list, then every node
+    excluded so far)."""
+    from launcher.backends.slurm.nodes import exclusion_list
+
+    assert exclusion_list({"ExcNodeList": "node2"}, ["node2", "node4"]) == "node2,node4"
+    assert exclusion_list({"ExcNodeList": "node[1-3],node5"}, ["node5", "node6"]) == "node[1-3],node5,node6"
+    assert exclusion_list({"ExcNodeList": "(null)"}, ["node2"]) == "node2"

@@ -56,7 +56,8 @@ def test_misspelled_key_names_file_line_key_and_valid_keys(write_spec):
         "  valid keys: args, async_checkpoints, collective_timeout, compile_cache, container, "
         "devices_per_process, entrypoint, env, hang_timeout, jax_distributed, jax_distributed_timeout, "
         "keep_checkpoints, max_parallel, max_restarts, name, nodes, output, params, platform, preemption_signal, "
-        "processes_per_node, run_dir, setup, slurm, snapshot, sweep, sweep_limit, timeout, transport\n"
+        "processes_per_node, run_dir, setup, slurm, snapshot, stop_repeated_failures, sweep, sweep_limit, timeout, "
+        "transport\n"
         "  fix: did you mean 'nodes'? rename or remove the key.")
 
 
@@ -293,7 +294,7 @@ def test_every_default():
         "env": {}, "setup": [],
         "run_dir": None, "timeout": None, "collective_timeout": 1800, "hang_timeout": "auto",
         "compile_cache": "run_dir",
-        "preemption_signal": None, "output": "tagged", "max_restarts": 0,
+        "preemption_signal": None, "output": "tagged", "max_restarts": 0, "stop_repeated_failures": True,
         "keep_checkpoints": 2,
         "async_checkpoints": True, "snapshot": False,
         "max_parallel": None, "sweep_limit": 1000,

@@ -74,9 +74,24 @@ def lost_nodes(record: dict, allocated: list[str]) -> dict[str, str]:
 
 
 def exclusion_list(record: dict, nodes: list[str]) -> str:
-    """The job's ExcNodeList (`record`: its `scontrol show job`) with `nodes` added."""
+    """The job's ExcNodeList (`record`: its `scontrol show job`) with `nodes` added, each node once
+    (the list jaxlaunch passes holds every node it excluded before, which Slurm already has: issue 45
+    saw ExcNodeList=node2,node2,node4)."""
     had = record.get("ExcNodeList", "")
-    return ",".join([*([had] if had and had not in ("(null)", "None") else []), *nodes])
+    items = _hostlist_items(had) if had and had not in ("(null)", "None") else []
+    return ",".join(dict.fromkeys([*items, *nodes]))
+
+
+def _hostlist_items(text: str) -> list[str]:
+    """The comma-separated items of a Slurm host list, a bracketed range staying one item."""
+    items, depth, start = [], 0, 0
+    for index, char in enumerate(text):
+        depth += {"[": 1, "]": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            items.append(text[start:index])
+            start = index + 1
+    items.append(text[start:])
+    return [item for item in items if item]
 
 
 def exclude(job_id: str, nodelist: str) -> str | None:
