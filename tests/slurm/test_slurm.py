@@ -1,6 +1,7 @@
 """End to end on a real two-node Slurm cluster started on this machine (tests/slurm_cluster.py)."""
 
 import json
+import re
 import shlex
 import shutil
 import subprocess
@@ -29,7 +30,7 @@ def test_normalize_on_two_nodes(slurm_env, tmp_path, launch):
     run_dir = tmp_path / "run"
     result = run_ok("submit", JOBS / "normalize.yaml", "--set", "nodes=2", "--set", f"slurm.launch={launch}",
                     "--wait", "--run-dir", run_dir, env=slurm_env)
-    job_id = result.stderr.split()[2].rstrip(";")
+    job_id = re.search(r"Submitted job (\S+?);", result.stderr).group(1)
     assert result.stderr.startswith(f"Submitted job {job_id}; run directory: {run_dir}\n")
     assert f"job {job_id}: COMPLETED" in result.stderr
     assert json.loads(result.stdout) == json.loads((run_dir / "result.json").read_text())  # the result on stdout
@@ -179,7 +180,7 @@ def test_timeout_is_enforced_inside_the_batch_job_with_a_hang_report(slurm_env, 
     assert status["ended"] - status["started"] < 20
     assert "TIMEOUT: timed out after 10 s" in result.stderr
     assert "in allreduce #2" in result.stderr and "stuck_outside_collectives" in result.stderr
-    job_id = result.stderr.split()[2].rstrip(";")
+    job_id = re.search(r"Submitted job (\S+?);", result.stderr).group(1)
     shown = run_ok("status", job_id, env=slurm_env).stdout
     assert shown.splitlines()[2].split()[1] == "TIMEOUT"
     assert f"job {job_id} TIMEOUT: timed out after 10 s" in shown
@@ -212,7 +213,7 @@ def test_status_of_a_failed_job_names_the_rank(slurm_env, tmp_path):
     result = jaxlaunch("submit", MISBEHAVE, "--wait", "--run-dir", run_dir, "--set", "nodes=2",
                        "--set", "processes_per_node=1", env=slurm_env, timeout=180)
     assert result.returncode == 1
-    job_id = result.stderr.split()[2].rstrip(";")
+    job_id = re.search(r"Submitted job (\S+?);", result.stderr).group(1)
     shown = run_ok("status", job_id, env=slurm_env).stdout
     assert f"job {job_id} FAILED: rank 1 on node2 failed first: RuntimeError: rank 1 failed on purpose" in shown
 
@@ -295,7 +296,7 @@ def test_the_slow_rank_is_named_and_nobody_without_one(slurm_env, tmp_path, laun
         run_dir = tmp_path / case
         result = run_ok("submit", JOBS / "train_data_parallel.yaml", "--set", "params.steps=60",
                         "--set", f"slurm.launch={launch}", *extra, "--wait", "--run-dir", run_dir, env=slurm_env)
-        job_id = result.stderr.split()[2].rstrip(";")
+        job_id = re.search(r"Submitted job (\S+?);", result.stderr).group(1)
         shown[case] = jaxlaunch("status", job_id, env=slurm_env).stdout
         shown[case + " output"] = (run_dir / f"slurm-{job_id}.out").read_text()
     print(shown["slow"])

@@ -10,6 +10,7 @@ requeued job some 18 s after the requeue)."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -73,7 +74,7 @@ class Submitted:
 
     @property
     def job_id(self):
-        return self.stderr.split()[2].rstrip(";")  # "Submitted job ID; run directory: ..."
+        return re.search(r"Submitted job (\S+?);", self.stderr).group(1)  # after any warning
 
     def status(self):
         return json.loads((self.run_dir / "status.json").read_text())
