@@ -374,6 +374,10 @@ def build_spec(path: Path, data: Any, lines: dict[tuple, int], overrides: list[t
     data = copy.deepcopy(data)
     if program_args and isinstance(data, dict) and isinstance(data.get("args", []), list):
         data["args"] = [*data.get("args", []), *program_args]  # a wrong `args:` is validate_spec's to report
+        if ("args",) not in lines:  # a problem with them is located where they were given: after `--`
+            import shlex
+
+            labels = {**(labels or {}), ("args",): f"-- {shlex.join(program_args)}"}
     applied = {}
     for key_path, value, text in overrides:
         if not isinstance(data, dict):

@@ -134,3 +134,10 @@ def test_an_argument_before_the_double_dash_is_refused_with_where_it_goes(write_
     assert result.exit_code == 2
     assert f"foo: an argument after {path}, before `--`" in result.output
     assert f"fix: jaxlaunch run {path} -- foo" in result.output
+
+
+def test_program_arguments_refused_for_a_function_are_located_after_the_double_dash(write_spec):
+    """Issue 44, item 6: `-- ARG` refused for a function entrypoint was located at the spec's line 1."""
+    result = invoke("run", write_spec("name: x\nentrypoint: m:f\n"), "--print-spec", "--", "--lr", "0.1")
+    assert result.exit_code == 2
+    assert result.output.startswith("Error: -- --lr 0.1: args: args are a script's or module's argv"), result.output
