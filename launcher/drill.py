@@ -115,6 +115,7 @@ class Trial:
     run_dir: str = ""
     node: str | None = None            # a node fault: the node set DOWN
     timed_out: bool = False            # the drill ended the run: it did not end within its bound
+    injected_step: int | None = None   # the last step the job had reported when the fault hit
     notes: list = field(default_factory=list)  # what was not judged, and why (no failure)
 
 
@@ -381,6 +382,9 @@ class Drill:
                 trial.final_state = _status(run_dir).get("state")
                 return
             trial.injected_at = time.time()
+            # the step the job had reached when the fault hit: the drill polls, so it may be past the target
+            reached_steps = [r["step"] for r in _reports(run_dir) if isinstance(r.get("step"), int)]
+            trial.injected_step = max(reached_steps) if reached_steps else None
             problem = self._inject(trial, run_dir, process)
             if problem:
                 trial.why.append(problem)
@@ -474,7 +478,8 @@ class Drill:
 
         def at(trial):
             if trial.target_step is not None:
-                return f"step {trial.target_step} ({trial.point})"
+                step = trial.target_step if trial.injected_step is None else trial.injected_step
+                return f"step {step} ({trial.point})"
             return f"{trial.target_seconds} s"
 
         rows = [["PASS" if t.passed else "FAIL", t.fault, at(t), t.rank,

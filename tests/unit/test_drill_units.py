@@ -132,3 +132,14 @@ def test_a_fault_slurm_refuses_says_why(monkeypatch, tmp_path):
         backend.inject_fault("preempt", "7", tmp_path, rank=0, processes_per_node=1)
     with pytest.raises(FaultNotInjected, match="rank 0's process was not found on the job's nodes: Job step creation"):
         backend.inject_fault("kill", "7", tmp_path, rank=0, processes_per_node=1)
+
+
+def test_the_scorecard_shows_the_step_the_fault_really_hit(tmp_path):
+    """Issue 44, item 12: the careless drill's AT column said step 0 (the point chosen) while the job,
+    polled every 0.1 s, was at step 3 when the fault hit, and 3 steps were computed again."""
+    drill = make_drill(tmp_path)
+    trial = drills.Trial("kill", "start", 1, target_step=0, injected_step=3, run_dir=str(tmp_path / "kill-1"))
+    drill.trials = [trial]
+    assert "step 3 (start)" in drill.scorecard()
+    trial.injected_step = None
+    assert "step 0 (start)" in drill.scorecard()
