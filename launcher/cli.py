@@ -462,6 +462,8 @@ def goodput(job_id, plot_path):
     else:  # not 0%: there were no steps to count, and the program's whole run reads as wind-down above
         click.echo("goodput: not measured: the job never reported a step, so its time after start-up counts as "
                    "wind-down above; launcher.context().report(step) in the program's loop gives goodput its steps")
+    if result.governor:
+        click.echo(f"not tried again: {result.governor}")
     if result.budgets:
         from .goodput import BUDGET_HEADERS
 

@@ -75,6 +75,7 @@ class Goodput:
     budgets: list = field(default_factory=list)          # per attempt: its start-up budget (start_up_budget)
     submitted: float | None = None
     reported: bool = True  # the job reported steps (ctx.report): without, there are no steps to count
+    governor: str | None = None  # why the job was not tried again (supervisor/governor.py), if it was not
 
     @property
     def accounted(self) -> float:
@@ -115,7 +116,8 @@ def goodput(run_dir) -> Goodput:
     first_start = starts[0]["time"] if starts else status.get("started") or end_of_run
     submitted = status.get("submitted") or first_start
     result = Goodput(wall_seconds=end_of_run - submitted, submitted=submitted,
-                     seconds={name: 0.0 for name in CATEGORIES}, reported=bool(reports))
+                     seconds={name: 0.0 for name in CATEGORIES}, reported=bool(reports),
+                     governor=next((e.get("why") for e in events if e["event"] == "governor"), None))
     result.seconds["queued"] = max(0.0, first_start - submitted)
     attempts = []
     for index, start in enumerate(starts):

@@ -85,3 +85,18 @@ def test_a_run_that_never_reported_says_goodput_is_not_measured_instead_of_zero(
     assert "goodput: not measured: the job never reported a step" in result.output
     assert "% of the wall time was productive steps" not in result.output
     assert not gp.goodput(run.path).reported
+
+
+def test_goodput_says_when_the_governor_stopped_the_job(tmp_path):
+    """Issue 45: goodput says what the governor decided."""
+    from click.testing import CliRunner
+
+    from launcher.cli import main
+    from launcher.rundir import RunDirectory
+    from launcher.spec import JobSpec
+
+    run = RunDirectory.create(JobSpec(name="x", entrypoint="m:f"), tmp_path / "run")
+    run.update_status(state="FAILED", backend="local", started=100.0, ended=110.0)
+    run.log_event("governor", decision="stopped", why="the program's own exception, twice at the same place")
+    result = CliRunner().invoke(main, ["goodput", str(run.path)])
+    assert "not tried again: the program's own exception, twice at the same place" in result.output, result.output
