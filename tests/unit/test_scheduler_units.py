@@ -125,3 +125,33 @@ def test_query_jobs_asks_at_most_three_commands_for_any_number_of_jobs(monkeypat
     assert "48" not in found and "44" not in found  # no command knows them
     calls.clear()
     assert scheduler.query_jobs(["5"])["5"].state == "RUNNING" and len(calls) == 1  # squeue knew it: one call
+
+
+def test_a_running_job_whose_supervisor_reports_is_asked_about_every_30_s_not_every_few(monkeypatch, tmp_path):
+    """Issue 45, scheduler citizenship: `submit --wait` on a 27 s job made 7 squeue calls, backing off
+    to one per 10 s. While the batch job's supervisor keeps status.json fresh and says RUNNING, the
+    run directory answers, and Slurm is asked at most every RUNNING_REFRESH."""
+    import os
+
+    from launcher.backends.slurm import backend as slurm
+    from launcher.backends.slurm import scheduler as sched
+    from launcher.rundir import RunDirectory
+    from launcher.spec import JobSpec
+    from launcher.states import JobState
+
+    asked = []
+    running = sched.JobInfo("5", "RUNNING", "RUNNING", False, "0:05", "1", "squeue")
+    monkeypatch.setattr(sched, "query_jobs", lambda ids: asked.append(list(ids)) or {"5": running})
+    run = RunDirectory.create(JobSpec(name="x", entrypoint="m:f"), tmp_path / "run")
+    run.update_status(state="RUNNING", backend="slurm", job_id="5")
+    watcher = slurm.SlurmWatcher()
+    job = slurm.SlurmJob("5", run, watcher)
+    assert job.state() == JobState.RUNNING and len(asked) == 1
+    watcher._last_refresh -= slurm.RUNNING_REFRESH - 1  # 29 s later: the run directory answers
+    assert job.state() == JobState.RUNNING and len(asked) == 1
+    watcher._last_refresh -= 2  # 31 s: Slurm is asked, for a death the supervisor cannot report
+    assert job.state() == JobState.RUNNING and len(asked) == 2
+    old = os.stat(run.status_file).st_mtime - slurm.SUPERVISOR_SILENT - 1
+    os.utime(run.status_file, (old, old))  # the supervisor stopped writing: back to the usual polling
+    watcher._last_refresh -= slurm.MAX_REFRESH
+    assert job.state() == JobState.RUNNING and len(asked) == 3
