@@ -9,6 +9,7 @@ import sys
 import time
 
 import pytest
+from test_drill_units import write_run  # the drill tests' run directory, written by hand
 
 from launcher import channel
 from launcher import environment
@@ -167,16 +168,6 @@ def make_drill(tmp_path, checkpoints=(4, 8)):
                    "checkpoints": list(checkpoints), "checkpoint_interval": 4 if checkpoints else None,
                    "slowest_step": 0.1}
     return drill
-
-
-def write_run(run_dir, events, reports, state="COMPLETED", result=None):
-    run_dir.mkdir(parents=True)
-    (run_dir / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
-    (run_dir / "metrics.jsonl").write_text("".join(json.dumps({"kind": "metrics", "metrics": {}, **r}) + "\n"
-                                                   for r in reports))
-    (run_dir / "status.json").write_text(json.dumps({"state": state}))
-    if result is not None:
-        (run_dir / "result.json").write_text(json.dumps(result))
 
 
 def killed_and_restored(tmp_path, name, last_step, ended="FAILED"):
