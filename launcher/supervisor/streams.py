@@ -26,7 +26,8 @@ from ..spec.model import OUTPUT_MODES  # noqa: F401  (the modes shown here)
 RANK_PREFIX = re.compile(rb"\[rank (\d+)\] ")
 # A rank's lines kept from the console (its log has them): gloo says this once per process and
 # collective context in every CPU job with jax.distributed, and it means nothing to the person.
-NOISE = re.compile(rb"\[Gloo\] Rank \d+ is connected to \d+ peer ranks\. Expected number of connected peer ranks is : \d+")
+# Two of its threads may print it at once, one line cut into the other: any piece of it goes.
+NOISE = re.compile(rb"\[Gloo\] Rank \d+ is connected to|peer ranks\. Expected number of connected peer ranks is : \d+")
 # The rule of dashes above and below every Open MPI / PRRTE help message.
 BANNER_FRAME = re.compile(rb"-{20,}")
 
@@ -83,7 +84,7 @@ class StreamForwarder:
         """A rank's line (it starts with its prefix), or the rest of the one whose start was passed
         on; False when `data` is neither."""
         match = RANK_PREFIX.match(data)
-        if match and finished and NOISE.match(data, match.end()):
+        if match and finished and NOISE.search(data, match.end()):
             return True
         if match:
             self._show(int(match.group(1)), data, strip=True)
