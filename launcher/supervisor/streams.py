@@ -28,6 +28,9 @@ RANK_PREFIX = re.compile(rb"\[rank (\d+)\] ")
 # collective context in every CPU job with jax.distributed, and it means nothing to the person.
 # Two of its threads may print it at once, one line cut into the other: any piece of it goes.
 NOISE = re.compile(rb"\[Gloo\] Rank \d+ is connected to|peer ranks\. Expected number of connected peer ranks is : \d+")
+# libevent's warning inside prterun when a rank's output pipe outlives the rank (its output pump still
+# holds it, launcher/rank/output.py) while the job is torn down: kept in launcher.log, shown nowhere else.
+LAUNCHER_NOISE = re.compile(rb"\[warn\] Epoll [A-Z]+\(\d+\) on fd \d+ failed")
 # The rule of dashes above and below every Open MPI / PRRTE help message.
 BANNER_FRAME = re.compile(rb"-{20,}")
 
@@ -42,10 +45,15 @@ class LauncherOutput:
         self._log = open(log_path, "ab")
         self._lock = threading.Lock()
 
-    def add(self, line: bytes) -> None:
+    def keep(self, line: bytes) -> None:
+        """Into launcher.log only: not the launcher's word on the job."""
         with self._lock:
             self._log.write(line)
             self._log.flush()
+
+    def add(self, line: bytes) -> None:
+        self.keep(line)
+        with self._lock:
             if line.strip():
                 self.first_seen = self.first_seen or time.time()
                 self.lines.append(line.decode(errors="replace").rstrip("\r\n"))
@@ -101,6 +109,9 @@ class StreamForwarder:
             return
         if segment == b"\r":  # a progress bar's redraw, before its next frame
             self._safe_write(segment)
+            return
+        if LAUNCHER_NOISE.match(segment):
+            self.launcher.keep(segment)
             return
         is_frame = BANNER_FRAME.fullmatch(segment.strip()) is not None
         quiet = self.in_banner or is_frame

@@ -101,3 +101,13 @@ def test_gloos_connected_lines_stay_in_the_ranks_logs_only(tmp_path):
            b"of connected peer ranks is : 1\n[rank 0]  peer ranks. Expected number of connected peer ranks is : 1\n")
     shown, said = forwarded("tagged", gloo + cut + b"[rank 1] loss 0.5\n", tmp_path=tmp_path)
     assert shown == b"[rank 1] loss 0.5\n" and said == []  # also when two threads cut one line into the other
+
+
+def test_libevents_epoll_warning_in_a_teardown_goes_to_the_launcher_log_only(tmp_path):
+    """Seen in CI: prterun's libevent warned '[warn] Epoll MOD(4) on fd 23 failed ... Bad file
+    descriptor' as a job with a rank that left main early was torn down; it is no root cause."""
+    warning = (b"[warn] Epoll MOD(4) on fd 23 failed. Old events were 6; read change was 0 (none); write change was 2 "
+               b"(del); close change was 0 (none): Bad file descriptor\n")
+    shown, said = forwarded("tagged", warning + b"mpirun says\n", tmp_path=tmp_path)
+    assert shown == b"mpirun says\n" and said == ["mpirun says"]
+    assert b"Epoll MOD(4)" in (tmp_path / "launcher.log").read_bytes()
