@@ -167,7 +167,8 @@ def run(spec, overrides, program_args, sweeps, max_parallel, run_dir, dry_run, r
 @spec_options
 @click.option("--faults", default=None,
               help="Faults to inject, comma-separated: kill (a rank SIGKILLed), preempt (a preemption notice), "
-                   "hang (a rank stopped, alive), node (--target slurm: a rank's node set DOWN). "
+                   "hang (a rank stopped, alive), repeat (the program's own hang at one step on every attempt: the "
+                   "governor must stop it after two), node (--target slurm: a rank's node set DOWN). "
                    "[default: kill,preempt,hang; on slurm also node]")
 @click.option("--target", type=click.Choice(["local", "slurm"]), default="local", show_default=True,
               help="Drill the job on this machine (jaxlaunch run) or on its Slurm cluster (jaxlaunch submit).")
@@ -190,11 +191,12 @@ def drill(spec, overrides, program_args, faults, target, count, seed, tolerance,
     import time
     from pathlib import Path
 
-    from .drill import FAULTS, SLURM_FAULTS, run_drill
+    from .drill import DEFAULT_FAULTS, FAULTS, SLURM_DEFAULT_FAULTS, SLURM_FAULTS, run_drill
     from .spec import load_spec
 
     known = SLURM_FAULTS if target == "slurm" else FAULTS
-    wanted = [f.strip() for f in (faults or ",".join(known)).split(",") if f.strip()]
+    default = SLURM_DEFAULT_FAULTS if target == "slurm" else DEFAULT_FAULTS
+    wanted = [f.strip() for f in (faults or ",".join(default)).split(",") if f.strip()]
     unknown = [f for f in wanted if f not in known]
     if unknown or not wanted:
         hint = " (node: with --target slurm)" if "node" in unknown else ""
@@ -249,7 +251,8 @@ def explain(spec, overrides, program_args, target, run_dir):
     backend = get_backend(target)
     job = load_spec(spec, overrides, program_args=program_args)
     problems, warnings = backend.check_fit(job)
-    click.echo(format_explain(job, backend, RunDirectory.preview(job, run_dir).path, problems, warnings), nl=False)
+    click.echo(format_explain(job, backend, RunDirectory.preview(job, run_dir).path, problems, warnings,
+                              requeue=backend.requeue_policy(job)), nl=False)
     if problems:
         sys.exit(2)
 

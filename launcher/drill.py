@@ -8,6 +8,10 @@ would, once clean and then once per fault, injecting the fault from outside at a
              must checkpoint and stop (PREEMPTED), then `jaxlaunch run --resume` continues it.
 - `hang`:    a rank stops, alive (SIGSTOP): the hang watchdog must stop the job (the drill sets
              hang_timeout from the clean run's step time) and the restart resume from a checkpoint.
+- `repeat`:  the program's own hang: the chosen rank's `ctx.report` blocks at the same step on every
+             attempt (rank/drill_fault.py). The watchdog must stop it, and the governor must not try a
+             third time (max_restarts is 3): it passes when the job ends after two attempts with the
+             governor's reason. Not in the default set; it needs a job that reports its steps.
 
 Points: `start` (at the first report), `step` (a step chosen at random), `checkpoint` (the step a
 checkpoint was saved at, as the save runs). A job that never reports is faulted at a random time
@@ -52,8 +56,11 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-FAULTS = ("kill", "preempt", "hang")
+FAULTS = ("kill", "preempt", "hang", "repeat")
 SLURM_FAULTS = (*FAULTS, "node")
+DEFAULT_FAULTS = ("kill", "preempt", "hang")  # `repeat` takes two hang limits: asked for by name
+SLURM_DEFAULT_FAULTS = (*DEFAULT_FAULTS, "node")
+REPEAT_RESTARTS = 3  # what the governor must not spend
 TARGETS = ("local", "slurm")
 POINTS = ("start", "step", "checkpoint")
 POLL_SECONDS = 0.1
@@ -117,6 +124,8 @@ class Trial:
     timed_out: bool = False            # the drill ended the run: it did not end within its bound
     injected_step: int | None = None   # the last step the job had reported when the fault hit
     notes: list = field(default_factory=list)  # what was not judged, and why (no failure)
+    attempts: int | None = None        # attempts the run made (attempt_ended events)
+    governor: str | None = None        # why the governor stopped the job, when it did
 
 
 def _jaxlaunch() -> str:
@@ -273,6 +282,8 @@ class Drill:
         allowance = 0.0
         if fault == "hang":
             allowance = 4 * self.hang_limit() + 10
+        if fault == "repeat":  # two attempts, each stopped by the watchdog
+            allowance = 2 * (4 * self.hang_limit() + 10)
         return 2 * self.clean["seconds"] + allowance + TRIAL_MARGIN_SECONDS
 
     def hang_limit(self) -> int:
@@ -307,7 +318,8 @@ class Drill:
         steps, checkpoints = self.clean["steps"], self.clean["checkpoints"]
         for fault in self.faults:
             for index in range(self.count):
-                point = self.rng.choice(POINTS if checkpoints else POINTS[:2])
+                # repeat: a step, not a save (a save at the step would count as progress between the hangs)
+                point = self.rng.choice(POINTS if checkpoints and fault != "repeat" else POINTS[:2])
                 trial = Trial(fault=fault, point=point, rank=self.rng.randrange(spec_processes),
                               run_dir=str(self.folder / f"{fault}-{index + 1}"))
                 if not steps:
@@ -370,9 +382,12 @@ class Drill:
         extra = []
         if trial.fault in ("kill", "hang"):
             extra.append("max_restarts=1")
-        if trial.fault == "hang":
+        if trial.fault in ("hang", "repeat"):
             extra.append(f"hang_timeout={self.hang_limit()}")
         bound = self.trial_bound(trial.fault)
+        if trial.fault == "repeat":
+            self._run_repeat(trial, run_dir, log, extra, bound)
+            return
         process = self._start(run_dir, extra, log)
         try:
             reached = self._wait_for_target(trial, run_dir, process, bound)
@@ -403,6 +418,46 @@ class Drill:
                              f"allowance and {TRIAL_MARGIN_SECONDS} s): the drill ended it")
         self._score(trial, run_dir)
 
+    def _run_repeat(self, trial: Trial, run_dir: Path, log: Path, extra: list[str], bound: float) -> None:
+        """The program's own hang, planted in the rank (rank/drill_fault.py), on every attempt."""
+        from .rank.drill_fault import HANG_ENV
+
+        if trial.target_step is None:
+            trial.why.append("repeat needs a job that reports its steps (ctx.report): this one reports none")
+            return
+        extra = [*extra, f"max_restarts={REPEAT_RESTARTS}", f"env.{HANG_ENV}={trial.rank}:{trial.target_step}"]
+        trial.injected_at = time.time()
+        trial.injected_step = trial.target_step
+        try:
+            self._wait(self._start(run_dir, extra, log), run_dir, bound)
+        except TrialTimedOut:
+            trial.timed_out = True
+            trial.why.append(f"the job did not end within {bound:.0f} s: the drill ended it")
+        self._score_repeat(trial, run_dir)
+
+    def _score_repeat(self, trial: Trial, run_dir: Path) -> None:
+        """PASS: the hang was stopped, and the governor ended the job after the second attempt."""
+        events = _events(run_dir)
+        ends = [e for e in events if e["event"] == "attempt_ended"]
+        stopped = next((e for e in events if e["event"] == "governor" and e.get("decision") == "stopped"), None)
+        trial.faulted_state = ends[0].get("state") if ends else None
+        trial.detected = bool(ends) and trial.faulted_state not in (None, "COMPLETED")
+        if trial.detected:
+            trial.detect_seconds = round(ends[0]["time"] - trial.injected_at, 2)
+        elif not trial.timed_out:
+            trial.why.append(f"the hang was not detected: the attempt it hit ended {trial.faulted_state or 'never'}")
+        trial.final_state = _status(run_dir).get("state")
+        trial.attempts = len(ends)
+        if stopped is not None:
+            trial.governor = stopped.get("why")
+            trial.notes.append(f"the governor stopped it after {len(ends)} attempts: {stopped.get('why')}")
+        elif trial.detected:
+            trial.why.append(f"the same hang, at step {trial.target_step} on every attempt, was tried {len(ends)} "
+                             f"times: the governor did not stop it (is stop_repeated_failures: false in the spec?)")
+        if stopped is not None and len(ends) > 2:
+            trial.why.append(f"the governor stopped it only after {len(ends)} attempts, not 2")
+        trial.passed = not trial.why
+
     def _score(self, trial: Trial, run_dir: Path) -> None:
         from .goodput import goodput
         from .rundir.results import load_result
@@ -432,8 +487,13 @@ class Drill:
                 trial.why.append(f"the {trial.fault} was not detected: the attempt it hit ended "
                                  f"{trial.faulted_state or 'never'}")
         trial.final_state = _status(run_dir).get("state")
+        trial.attempts = sum(1 for e in events if e["event"] == "attempt_ended")
         if trial.final_state != "COMPLETED" and not trial.timed_out:
             trial.why.append(f"the job ended {trial.final_state}, not COMPLETED")
+        stopped = next((e for e in after if e["event"] == "governor" and e.get("decision") == "stopped"), None)
+        if stopped is not None:  # a one-off fault taken for the program's own: the governor was wrong
+            trial.governor = stopped.get("why")
+            trial.why.append(f"the governor did not try again: {stopped.get('why')}")
         if trial.target_step is not None and ended is not None:
             back = next((r for r in _reports(run_dir)
                          if r["time"] > ended["time"] and isinstance(r.get("step"), int)

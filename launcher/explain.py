@@ -114,8 +114,25 @@ def container_lines(spec: JobSpec, target: str | Backend, run_dir: Path, workdir
     return ["", f"each rank runs in the {spec.container.runtime} image {spec.container.image}:", "  " + command]
 
 
+def requeue_lines(spec: JobSpec, policy) -> list[str]:
+    """How a requeued attempt starts again (`policy`: the backend's RequeuePolicy, None for none)."""
+    if policy is None:
+        return []
+    times = f"up to {spec.slurm.max_requeues} time{'s' if spec.slurm.max_requeues != 1 else ''}"
+    if policy.expedite:
+        return [f"requeue: {times}, expedited (sbatch --requeue=expedite: Slurm {policy.version} allows it "
+                f"here): a requeued attempt may start again at once, at top priority"]
+    version = f"Slurm {policy.version}" if policy.known else "Slurm"
+    if policy.offers_expedite:
+        why = f"{version} offers --requeue=expedite, but this cluster does not enable it (SlurmctldParameters=enable_expedited_requeue)"
+    else:
+        why = f"{version} has no --requeue=expedite (Slurm 25.11 and later, where the cluster enables it)"
+    return [f"requeue: {times}; each requeued attempt waits {policy.delay_seconds} s ({policy.delay_from}) before "
+            f"it may start again, then for its turn in the queue: {why}"]
+
+
 def format_explain(spec: JobSpec, target: str | Backend, run_dir: Path, problems: list[str] = (),
-                   warnings: list[str] = (), workdir: Path | None = None) -> str:
+                   warnings: list[str] = (), workdir: Path | None = None, requeue=None) -> str:
     from tabulate import tabulate
 
     backend = _backend(target)
@@ -131,7 +148,7 @@ def format_explain(spec: JobSpec, target: str | Backend, run_dir: Path, problems
              f"{spec.num_processes * spec.devices_per_process} devices; on {where}", "", table, "",
              "every rank also gets: " + " ".join(f"{k}={v}" for k, v in every.items()),
              *program_lines(spec), *watchdog_lines(spec), transport_line(spec),
-             *container_lines(spec, backend, run_dir, workdir or Path.cwd()), "",
+             *requeue_lines(spec, requeue), *container_lines(spec, backend, run_dir, workdir or Path.cwd()), "",
              tabulate(resource_rows(spec), headers=["RESOURCES", "PROCESSES", "DEVICES", "CPUS", "GPUS"])]
     verdict = backend.fit_verdict(problems, warnings)
     checked = [*(f"refused: {p}" for p in problems), *(f"warning: {w}" for w in warnings), *([verdict] if verdict else [])]

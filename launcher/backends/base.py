@@ -400,6 +400,11 @@ class Backend(ABC):
         what could not be checked). May ask the scheduler (Slurm: its partitions and nodes)."""
         return [], []
 
+    def requeue_policy(self, spec):
+        """How a requeued attempt of `spec` would start again here (a record `explain` renders:
+        slurm.requeue_policy.RequeuePolicy), or None where jobs are not requeued. May ask the scheduler."""
+        return None
+
     def fit_verdict(self, problems: list[str], warnings: list[str]) -> str | None:
         """The last line of `explain`'s check (Slurm: 'the request fits the cluster'); None for none."""
         return None

@@ -13,6 +13,8 @@ from __future__ import annotations
 import time
 from collections import deque
 
+from .drill_fault import hang_in_the_programs_place, planted_hang
+
 FLUSH_SECONDS = 2.0
 CHUNK = 1000  # reports per message: a job reporting very fast still sends lines the supervisor takes
 
@@ -77,11 +79,14 @@ class ProgressReporter:
         self._reports: deque = deque()  # append and popleft are thread-safe
         self._previous: tuple[int, float] | None = None  # (step, time) of the last report sent
         self.first: tuple[float, float] | None = None  # (time, seconds compiled by then) of the first report
+        self.hang_at = planted_hang(rank)  # the drill's `repeat` fault (drill_fault.py); None normally
 
     def report(self, step: int, total: int | None = None, **metrics) -> None:
         if self.first is None:  # the start-up budget: when, and after how much compiling
             self.first = (time.time(), _compile_seconds())
         self.last_step = step  # where this rank was when it fails (its error record; the governor)
+        if self.hang_at is not None and plain_number(step) == self.hang_at:
+            hang_in_the_programs_place(self.hang_at)
         self._reports.append((step, time.time(), total, metrics if self.rank == 0 else None))
 
     def take(self, wait: bool = False) -> dict | None:

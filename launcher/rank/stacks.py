@@ -142,6 +142,9 @@ def _kind_of_frame(filename: str, function: str) -> tuple[str, str] | None:
             return ("collective", "a checkpoint's agreement") if function == "_collective" else ("checkpoint", function)
         if "/rank/collectives/" in path:
             return ("barrier", "launcher.barrier") if function == "barrier" else ("collective", f"launcher.{function}")
+        if path.endswith("/rank/preemption.py") and function == "should_stop":
+            # one MPI allreduce of every rank's notice flag: a wait for peers like any collective
+            return "collective", "ctx.should_stop"
         return None
     if "/orbax/" in path:
         return "checkpoint", f"orbax {function}"

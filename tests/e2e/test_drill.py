@@ -44,6 +44,20 @@ def test_a_job_that_never_checkpoints_and_ignores_notices_fails_the_drill_and_sa
     assert "drill: FAILED" in result.stderr
 
 
+def test_the_programs_own_hang_at_one_step_is_stopped_by_the_governor_after_two_attempts(tmp_path):
+    # seed 5: rank 1 hangs in its report of step 34 on every attempt (max_restarts 3; checkpoints every 10)
+    folder = tmp_path / "drill"
+    result = jaxlaunch("drill", JOBS / "train_data_parallel.yaml", "--set", "params.steps=40",
+                       "--set", "params.checkpoint_every=10", "--set", "params.step_seconds=0.05", "--seed", "5",
+                       "--faults", "repeat", "--run-dir", folder, timeout=300)
+    assert result.returncode == 0, result.stderr[-4000:]
+    trial = json.loads((folder / "drill.json").read_text())["trials"][0]
+    assert trial["fault"] == "repeat" and trial["passed"] and trial["attempts"] == 2, trial
+    assert trial["governor"].startswith("the program's own hang, twice at the same place after step ")
+    assert f"rank {trial['rank']} " in trial["governor"]
+    assert "repeat (repeat-1): the governor stopped it after 2 attempts" in result.stderr
+
+
 def test_an_unknown_fault_is_a_usage_error():
     result = jaxlaunch("drill", JOBS / "train_data_parallel.yaml", "--faults", "meteor")
     assert result.returncode == 2 and "meteor: choose from kill, preempt, hang" in result.stderr

@@ -21,6 +21,15 @@ def test_a_request_that_fits_is_said_to(slurm_env):
     assert result.stdout.rstrip().endswith("the request fits the cluster")
 
 
+def test_explain_says_a_requeue_waits_the_clusters_delay_on_a_slurm_without_expedite(slurm_env, slurm_cluster):
+    result = jaxlaunch("explain", SPEC, "--target", "slurm", "--set", "slurm.max_requeues=2", env=slurm_env)
+    assert result.returncode == 0, result.stderr
+    line = next(line for line in result.stdout.splitlines() if line.startswith("requeue:"))
+    assert line.startswith(f"requeue: up to 2 times; each requeued attempt waits {slurm_cluster.cred_expire} s "
+                           f"(AuthInfo cred_expire)"), line
+    assert "has no --requeue=expedite" in line
+
+
 def test_more_nodes_than_the_partition_has_is_refused_with_the_fix(slurm_env):
     result = jaxlaunch("explain", SPEC, "--target", "slurm", "--set", "nodes=3", env=slurm_env)
     assert result.returncode == 2

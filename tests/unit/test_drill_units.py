@@ -143,3 +143,85 @@ def test_the_scorecard_shows_the_step_the_fault_really_hit(tmp_path):
     assert "step 3 (start)" in drill.scorecard()
     trial.injected_step = None
     assert "step 0 (start)" in drill.scorecard()
+
+
+# --- the repeat fault: the program's own hang at one step on every attempt; the governor must stop it ----
+
+def _repeat_run(tmp_path, attempts, governed):
+    events = []
+    for attempt in range(attempts):
+        events += [{"event": "attempt_started", "attempt": attempt, "time": 100.0 + 10 * attempt},
+                   {"event": "attempt_ended", "attempt": attempt, "state": "TIMEOUT", "time": 108.0 + 10 * attempt}]
+    if governed:
+        events.append({"event": "governor", "decision": "stopped", "time": 108.0 + 10 * (attempts - 1),
+                       "why": "the program's own hang, twice at the same place after step 5: not tried again"})
+    write_run(tmp_path / "repeat-1", events, [{"step": s, "time": 101.0 + s * 0.1} for s in range(6)],
+              state="TIMEOUT")
+    trial = drills.Trial("repeat", "step", 1, target_step=6, injected_at=100.0, injected_step=6,
+                         run_dir=str(tmp_path / "repeat-1"))
+    make_drill(tmp_path)._score_repeat(trial, tmp_path / "repeat-1")
+    return trial
+
+
+def test_a_repeated_hang_the_governor_stopped_after_two_attempts_passes(tmp_path):
+    trial = _repeat_run(tmp_path, 2, governed=True)
+    assert trial.passed and trial.detected and trial.attempts == 2 and trial.detect_seconds == 8.0, trial.why
+    assert trial.notes == ["the governor stopped it after 2 attempts: the program's own hang, twice at the same "
+                           "place after step 5: not tried again"]
+
+
+def test_a_repeated_hang_tried_on_every_attempt_fails_and_says_the_governor_did_not_stop_it(tmp_path):
+    trial = _repeat_run(tmp_path, 4, governed=False)
+    assert not trial.passed and trial.attempts == 4
+    assert trial.why == ["the same hang, at step 6 on every attempt, was tried 4 times: the governor did not stop "
+                         "it (is stop_repeated_failures: false in the spec?)"]
+
+
+def test_a_governor_that_stopped_only_after_a_third_attempt_fails(tmp_path):
+    trial = _repeat_run(tmp_path, 3, governed=True)
+    assert not trial.passed and trial.why == ["the governor stopped it only after 3 attempts, not 2"]
+
+
+def test_a_job_that_reports_no_steps_cannot_have_the_repeat_fault(tmp_path):
+    drill = make_drill(tmp_path, steps=[], checkpoints=())
+    drill.faults = ["repeat"]
+    drill.plan(2)
+    trial = drill.trials[0]
+    drill._run_repeat(trial, tmp_path / "r", tmp_path / "r.log", [], 10.0)
+    assert trial.why == ["repeat needs a job that reports its steps (ctx.report): this one reports none"]
+    assert not trial.passed
+
+
+def test_a_one_off_fault_the_governor_stopped_fails_with_its_reason(tmp_path):
+    drill = make_drill(tmp_path)
+    write_run(tmp_path / "clean", [], [])
+    events = [{"event": "attempt_started", "attempt": 0, "time": 90.0},
+              {"event": "attempt_ended", "attempt": 0, "state": "FAILED", "time": 101.0},
+              {"event": "governor", "decision": "stopped", "why": "the program's own exit, twice", "time": 102.0}]
+    write_run(tmp_path / "kill-1", events, [{"step": s, "time": 95.0 + s * 0.5} for s in range(7)], state="FAILED")
+    trial = drills.Trial("kill", "step", 1, target_step=6, injected_at=100.0, run_dir=str(tmp_path / "kill-1"))
+    drill._score(trial, tmp_path / "kill-1")
+    assert not trial.passed and "the governor did not try again: the program's own exit, twice" in trial.why
+
+
+def test_the_planted_hang_names_one_rank_and_one_step():
+    from launcher.rank.drill_fault import HANG_ENV, planted_hang
+
+    assert planted_hang(1, {HANG_ENV: "1:40"}) == 40
+    assert planted_hang(0, {HANG_ENV: "1:40"}) is None
+    assert planted_hang(1, {}) is None and planted_hang(1, {HANG_ENV: "x:40"}) is None
+    assert planted_hang(1, {HANG_ENV: "1"}) is None
+
+
+def test_the_planted_hang_blocks_the_report_of_its_step_only(monkeypatch):
+    from launcher.rank import progress
+    from launcher.rank.drill_fault import HANG_ENV
+
+    monkeypatch.setenv(HANG_ENV, "0:3")
+    reporter = progress.ProgressReporter(0)
+    hung = []
+    monkeypatch.setattr(progress, "hang_in_the_programs_place", hung.append)
+    for step in range(5):
+        reporter.report(step)
+    assert hung == [3] and reporter.last_step == 4
+    assert progress.ProgressReporter(1).hang_at is None

@@ -401,6 +401,14 @@ def test_compiling_is_a_phase_and_a_checkpoint_read_too():
                                  "sync_global_devices")[0] == "barrier"
 
 
+def test_a_rank_inside_should_stop_waits_for_its_peers():
+    # its allreduce is C (mpi4py): the innermost Python frame is should_stop itself. Before, the rank
+    # counted as "in its own code", and a peer hung elsewhere was not named (the drill's repeat fault).
+    assert stacks._kind_of_frame(stacks.LAUNCHER_DIR + "rank/preemption.py", "should_stop") == \
+        ("collective", "ctx.should_stop")
+    assert stacks._kind_of_frame(stacks.LAUNCHER_DIR + "rank/preemption.py", "_on_usr2") is None
+
+
 # --- a barrier's own timeout, through the rank's monitor ---------------------------------------
 
 class Recorder:

@@ -297,14 +297,15 @@ class SlurmBackend(Backend):
     def start_plan(self, plan, files: dict[str, bytes] | None = None, check: bool = True, **options) -> SlurmJob:
         """Submit the plan's script (the cluster check first, unless check=False); returns the handle."""
         spec = plan.subject
-        warnings = []
-        if check:
+        warnings, expedite = [], False
+        if check:  # with the cluster's partitions and nodes, its requeue policy (--no-check: plain --requeue)
             from .fit import refuse_if_it_cannot_fit
 
             warnings = refuse_if_it_cannot_fit([spec])
+            expedite = bool(spec.slurm.max_requeues) and self.requeue_policy(spec).expedite
         run = RunDirectory.create(spec, plan.requested)
         run.write_files(files)
-        job = SlurmJob(submit_job(spec, run, plan), run, self.watcher)
+        job = SlurmJob(submit_job(spec, run, plan, expedite=expedite), run, self.watcher)
         job.warnings = warnings
         return job
 
@@ -457,6 +458,12 @@ class SlurmBackend(Backend):
         from .fit import check_against_cluster
 
         return check_against_cluster(spec)
+
+    def requeue_policy(self, spec):
+        """The cluster's expedited requeue and requeue delay (one `scontrol show config`), for a job that may requeue."""
+        from .requeue_policy import read_policy
+
+        return read_policy() if spec.slurm.max_requeues else None
 
     def fit_verdict(self, problems, warnings):
         from .explain import fit_verdict

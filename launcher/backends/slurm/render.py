@@ -69,8 +69,10 @@ def slurm_filename(path: Path) -> str:
     return str(Path(str(path.parent).replace("%", "%%")) / path.name)
 
 
-def sbatch_directives(spec: JobSpec, run_dir: Path, workdir: Path, output: Path | None = None) -> list[str]:
-    """The #SBATCH options; `output` replaces RUN_DIR/slurm-%j.out (a job array's tasks share one script)."""
+def sbatch_directives(spec: JobSpec, run_dir: Path, workdir: Path, output: Path | None = None,
+                      expedite: bool = False) -> list[str]:
+    """The #SBATCH options; `output` replaces RUN_DIR/slurm-%j.out (a job array's tasks share one script).
+    `expedite`: the cluster allows Slurm 25.11's expedited requeue (requeue_policy.py)."""
     slurm = spec.slurm
     options = [
         ("job-name", spec.name),
@@ -95,7 +97,9 @@ def sbatch_directives(spec: JobSpec, run_dir: Path, workdir: Path, output: Path 
         else:
             options.append(("gpus-per-node", slurm.gpus_per_node or spec.processes_per_node * spec.devices_per_process))
     lines = [f"--{key}={quote_sbatch(value)}" for key, value in options if value is not None]
-    lines.append("--requeue" if slurm.max_requeues else "--no-requeue")
+    # Expedited: a requeued job may start again at once, at top priority, instead of after
+    # requeue_delay (120 s by default) and the queue.
+    lines.append(("--requeue=expedite" if expedite else "--requeue") if slurm.max_requeues else "--no-requeue")
     if slurm.max_requeues or slurm.spare_nodes:
         # A node failure ends the job step, not the job: the supervisor then restarts it on a spare
         # node (spares.py) or requeues it without that node (nodes.py), where Slurm would requeue
@@ -139,15 +143,15 @@ def batch_environment(spec: JobSpec, run_dir: Path) -> dict[str, str]:
 
 
 def render_batch_script(spec: JobSpec, run_dir: Path, workdir: Path, python: str, mpirun: str | None,
-                        is_root: bool = False) -> str:
+                        is_root: bool = False, expedite: bool = False) -> str:
     """The sbatch script for `spec`. Pure: the same arguments give the same text. `mpirun` may be
-    None when the spec launches with srun."""
+    None when the spec launches with srun; `expedite` as for sbatch_directives."""
     env = batch_environment(spec, run_dir)
     exports = [f"{name}={shlex.quote(value)}" for name, value in env.items()]
     return _template().render(
         version=__version__,
         job_name=spec.name,
-        directives=sbatch_directives(spec, Path(run_dir), Path(workdir)),
+        directives=sbatch_directives(spec, Path(run_dir), Path(workdir), expedite=expedite),
         setup=spec.setup,
         exports=exports,
         launch_line=launch_line(spec, run_dir, workdir, python, mpirun, is_root, list(env)),

@@ -4,6 +4,7 @@ backend and, per task, by sweeps."""
 
 from __future__ import annotations
 
+import copy
 import os
 import re
 import subprocess
@@ -24,20 +25,32 @@ class BatchPlan(Plan):
     """A job's batch script, for this machine's Python, working directory and mpirun (when the
     spec launches with it: a login node without mpirun can still submit an srun job), rendered
     for `run_dir` and checked by bash. `describe()` is the script; `script_for` renders the same
-    plan for another run directory (checked again), for a run that could not have the one shown."""
+    plan for another run directory (checked again), for a run that could not have the one shown.
 
-    def __init__(self, spec: JobSpec, run_dir: Path, requested=None):
+    The plan asks Slurm nothing: `--dry-run` shows `--requeue`; `submit`'s check of the cluster
+    asks, for a job that may requeue, whether it allows `--requeue=expedite` (`with_expedite`)."""
+
+    def __init__(self, spec: JobSpec, run_dir: Path, requested=None, expedite: bool = False):
         super().__init__(spec, run_dir, requested)
-        self.spec = spec
+        self.spec, self.expedite = spec, expedite
         self.workdir, self.python, self.is_root = Path.cwd(), sys.executable, os.geteuid() == 0
         self.mpirun = find_mpirun() if spec.slurm.launch == "mpirun" else None
         self.script = self._render(self.run_dir)
 
     def _render(self, run_dir: Path) -> str:
         text = render_batch_script(self.spec, run_dir=run_dir, workdir=self.workdir, python=self.python,
-                                   mpirun=self.mpirun, is_root=self.is_root)
+                                   mpirun=self.mpirun, is_root=self.is_root, expedite=self.expedite)
         check_bash_syntax(self.spec, text)
         return text
+
+    def with_expedite(self) -> "BatchPlan":
+        """This plan with `--requeue=expedite`, rendered again."""
+        if self.expedite:
+            return self
+        plan = copy.copy(self)
+        plan.expedite = True
+        plan.script = plan._render(plan.run_dir)
+        return plan
 
     def describe(self) -> str:
         return self.script
@@ -86,15 +99,19 @@ def check_bash_syntax(spec: JobSpec, text: str) -> None:
     raise SpecError(f"the rendered batch script does not parse (bash -n): {error}; nothing was submitted")
 
 
-def submit_job(spec: JobSpec, run: RunDirectory, plan: BatchPlan | None = None) -> str:
+def submit_job(spec: JobSpec, run: RunDirectory, plan: BatchPlan | None = None, expedite: bool = False) -> str:
     """Write the script (`plan`'s, made for this run directory when not given) into the run
-    directory and sbatch it; returns the job id.
+    directory and sbatch it; returns the job id. `expedite`: the cluster allows
+    `--requeue=expedite` (requeue_policy.py; asked with the cluster check before submitting).
 
     If sbatch refuses the job, status.json says SUBMIT_FAILED with sbatch's message, and the
     error propagates: no run directory is left looking like a job that ran.
     """
     script = run.path / SCRIPT_NAME
-    script.write_text((plan or BatchPlan(spec, run.path)).script_for(run.path))
+    plan = plan or BatchPlan(spec, run.path)
+    if expedite and spec.slurm.max_requeues:
+        plan = plan.with_expedite()
+    script.write_text(plan.script_for(run.path))
     script.chmod(0o755)
     try:
         job_id = scheduler.submit(str(script))
