@@ -5,7 +5,7 @@ PATH (squeue, scontrol, sacct, sbatch, scancel) that log each call, with the cal
 
     .venv/bin/python tests/wait_call_count.py [SECONDS]
 
-docs/how-to/slurm.md quotes its figure (issue 45: at most 15 calls for a 5-minute job).
+docs/reference/api.md quotes its figure (issue 45: at most 15 calls for a 5-minute job).
 """
 import os
 import shutil

@@ -31,6 +31,13 @@ NOISE = re.compile(rb"\[Gloo\] Rank \d+ is connected to|peer ranks\. Expected nu
 # libevent's warning inside prterun when a rank's output pipe outlives the rank (its output pump still
 # holds it, launcher/rank/output.py) while the job is torn down: kept in launcher.log, shown nowhere else.
 LAUNCHER_NOISE = re.compile(rb"\[warn\] Epoll [A-Z]+\(\d+\) on fd \d+ failed")
+# JAX's distributed runtime ends a rank whose coordination service failed (mostly: another rank died
+# first, and the summary names it) with a check failure. Its own line is shown; what follows until the
+# process is gone (absl's native stack, Python's faulthandler dump, Open MPI's signal report, ~45
+# lines interleaved on one fd) says nothing to the person: it stays in the rank's log, and the
+# console gets one line saying so.
+JAX_ABORT = re.compile(rb"client\.h:\d+\] Terminating process because the JAX distributed service detected fatal errors")
+JAX_ABORT_END = b"*** End of error message ***"  # Open MPI's signal report's last line
 # The rule of dashes above and below every Open MPI / PRRTE help message.
 BANNER_FRAME = re.compile(rb"-{20,}")
 
@@ -72,6 +79,7 @@ class StreamForwarder:
         self.pending = b""          # bytes of a line not yet classified or not yet ended
         self.line_rank: int | None = None  # the rank whose unfinished line was passed on already
         self.in_banner = False
+        self.aborting: dict[int, int] = {}  # rank -> lines of JAX's abort report kept from the console
 
     def feed(self, data: bytes) -> None:
         data = self.pending + data.replace(b"\0", b"")  # prterun ends its messages with a NUL byte
@@ -87,12 +95,16 @@ class StreamForwarder:
         if self.pending:
             rest, self.pending = self.pending, b""
             self._segment(rest + b"\n" if self.line_rank is None else rest)
+        for rank in list(self.aborting):
+            self._abort_summary(rank)
 
     def _rank_bytes(self, data: bytes, finished: bool) -> bool:
         """A rank's line (it starts with its prefix), or the rest of the one whose start was passed
         on; False when `data` is neither."""
         match = RANK_PREFIX.match(data)
         if match and finished and NOISE.search(data, match.end()):
+            return True
+        if match and finished and self._jax_abort(int(match.group(1)), data[match.end():]):
             return True
         if match:
             self._show(int(match.group(1)), data, strip=True)
@@ -103,6 +115,23 @@ class StreamForwarder:
         rank = int(match.group(1)) if match else self.line_rank
         self.line_rank = None if finished else rank
         return True
+
+    def _jax_abort(self, rank: int, text: bytes) -> bool:
+        """True for a line of JAX's abort report after its first line (kept from the console)."""
+        if rank not in self.aborting:
+            if JAX_ABORT.search(text):
+                self.aborting[rank] = 0
+            return False
+        self.aborting[rank] += 1
+        if text.rstrip().endswith(JAX_ABORT_END):
+            self._abort_summary(rank)
+        return True
+
+    def _abort_summary(self, rank: int) -> None:
+        kept = self.aborting.pop(rank, 0)
+        if kept:
+            self._show(rank, f"[rank {rank}] (JAX's abort report goes on for {kept} lines: native and Python "
+                             f"stacks, in this rank's log)\n".encode(), strip=True)
 
     def _segment(self, segment: bytes) -> None:
         if self._rank_bytes(segment, finished=True):

@@ -111,3 +111,37 @@ def test_libevents_epoll_warning_in_a_teardown_goes_to_the_launcher_log_only(tmp
     shown, said = forwarded("tagged", warning + b"mpirun says\n", tmp_path=tmp_path)
     assert shown == b"mpirun says\n" and said == ["mpirun says"]
     assert b"Epoll MOD(4)" in (tmp_path / "launcher.log").read_bytes()
+
+
+def test_jaxs_abort_report_after_its_own_line_stays_in_the_ranks_log(tmp_path):
+    """JAX ends a rank whose coordination service failed (another rank died first) with a check
+    failure: its F line is shown, the ~45 lines after it (absl's stack, faulthandler's dump, Open
+    MPI's signal report, interleaved) become one line; other ranks' lines pass as they come."""
+    abort = (b"[rank 1] E1127 13:10:44.910501 23480 coordination_service_agent.cc:289] Polled an error\n"
+             b"[rank 1] F1127 13:10:44.910506 23480 client.h:80] Terminating process because the JAX distributed "
+             b"service detected fatal errors. This most likely indicates that another task died\n"
+             b"[rank 1] Fatal Python error: Aborted\n[rank 1] \n"
+             b"[rank 1] Thread 0x00007f527088bb80 (most recent call first):\n"
+             b"[rank 0] a line of rank 0\n"
+             b"[rank 1]   File \"/tmp/fail.py\", line 9*** Check failure stack trace: ***\n"
+             b"[rank 1]     @     0x7f5254840634  absl::log_internal::LogMessage::SendToLog()\n"
+             b"[rank 1] [vm:22555] *** Process received signal ***\n"
+             b"[rank 1] [vm:22555] *** End of error message ***\n"
+             b"[rank 1] after it\n")
+    shown, said = forwarded("tagged", abort, tmp_path=tmp_path)
+    assert shown.decode().splitlines() == [
+        "[rank 1] E1127 13:10:44.910501 23480 coordination_service_agent.cc:289] Polled an error",
+        "[rank 1] F1127 13:10:44.910506 23480 client.h:80] Terminating process because the JAX distributed service "
+        "detected fatal errors. This most likely indicates that another task died",
+        "[rank 0] a line of rank 0",
+        "[rank 1] (JAX's abort report goes on for 7 lines: native and Python stacks, in this rank's log)",
+        "[rank 1] after it"]
+    assert said == []
+
+
+def test_an_abort_report_cut_off_by_the_end_of_the_stream_is_still_summed_up(tmp_path):
+    abort = (b"[rank 2] F1127 client.h:80] Terminating process because the JAX distributed service detected fatal "
+             b"errors.\n[rank 2] *** Check failure stack trace: ***\n[rank 2]     @     0x7f52 f()\n")
+    shown, _ = forwarded("plain", abort, tmp_path=tmp_path)
+    assert shown.decode().splitlines()[-1] == "(JAX's abort report goes on for 2 lines: native and Python stacks, " \
+                                              "in this rank's log)"
