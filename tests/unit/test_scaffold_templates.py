@@ -39,7 +39,7 @@ def test_every_kind_is_a_folder_with_a_spec_and_a_program():
 
 
 def test_the_cli_offers_every_kind_in_order():
-    """cli.py spells the choices out (it does not import the scaffold package to start)."""
+    """cli/cmd_init.py spells the choices out (it does not import the scaffold package to start)."""
     (template,) = [param for param in init.params if param.name == "template"]
     assert list(template.type.choices) == list(TEMPLATES)
 
