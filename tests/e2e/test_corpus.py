@@ -24,8 +24,10 @@ TQDM_TIMES = re.compile(r"\[[^\]]*\]")  # tqdm's elapsed, remaining and rate: di
 # what differs from run to run in any program's lines: clock times, thread ids and pids (absl's prefix)
 CLOCK = re.compile(r"\d\d:\d\d:\d\d[.,]\d+|\b\d{5,}\b")
 
-# os._exit(4) on one rank: mpirun tears the other down, sometimes before its line: lines, not counts
-TEARDOWN_RACE = {"exit_codes[os]"}
+# A rank that exits non-zero (os._exit(4), sys.exit(3)): mpirun tears the other down, sometimes before
+# its line (seen under load in CI for sys: mpirun's side printed the line once, jaxlaunch's twice):
+# lines, not counts
+TEARDOWN_RACE = {"exit_codes[os]", "exit_codes[sys]"}
 # name: (arguments, how long a child it leaves runs: mpirun waits for it, jaxlaunch does not)
 PROGRAMS = {
     "logging_config": ([], 0),
