@@ -207,7 +207,7 @@ def main() -> None:
             NOTICE.deliver = getattr(signal, spec.preemption_signal)
 
         from ..rundir.results import write_result
-        from .context import _RESULT, _set_context, context_built
+        from .context import RESULT, context_built, set_context
         from .program import run_program, succeeded
 
         def log_runtime_start(seconds: float, by: str = "jaxlaunch") -> None:
@@ -229,12 +229,12 @@ def main() -> None:
         # Before the job's code: all ranks must run the same software on the devices they should.
         if spec.runs_program:  # a program starts JAX itself (maybe jax.distributed first): no devices yet
             run_preflight(comm, run, rank, None, None, spec.platform)
-            _set_context(build=lambda: _job_context(spec, run, comm, topology, monitor))
+            set_context(build=lambda: _job_context(spec, run, comm, topology, monitor))
         else:
             ctx = _job_context(spec, run, comm, topology, monitor)
             startup["devices"] = time.time()  # JAX imported, its backend and devices up
             run_preflight(comm, run, rank, ctx.local_devices, spec.devices_per_process)
-            _set_context(ctx)
+            set_context(ctx)
         startup["preflight"] = time.time()
         code = run.code if spec.snapshot else None
         function = None if spec.runs_program else load_entrypoint(spec.entrypoint, code)
@@ -253,7 +253,7 @@ def main() -> None:
             if not succeeded(exc):
                 raise  # sys.exit(0) ends the entrypoint successfully, like a return
         if value is None:  # what set_result() gave; a program that set none has no result at all
-            value = _RESULT.get("value", NO_RESULT if spec.runs_program else None)
+            value = RESULT.get("value", NO_RESULT if spec.runs_program else None)
         # Let asynchronously dispatched mpi4jax calls finish before exit (mpi4jax issue #22).
         collectives = sys.modules.get("launcher.rank.collectives")
         if collectives:

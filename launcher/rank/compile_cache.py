@@ -153,6 +153,6 @@ def count_after_jax_import() -> None:
     if "jax" in sys.modules:
         COUNTER.listen()
         return
-    from .jax_runtime import _AfterImport
+    from .jax_runtime import AfterImport
 
-    sys.meta_path.insert(0, _AfterImport("jax", lambda module: COUNTER.listen()))
+    sys.meta_path.insert(0, AfterImport("jax", lambda module: COUNTER.listen()))

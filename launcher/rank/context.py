@@ -47,7 +47,7 @@ class JobContext:
     def set_result(self, value) -> None:
         """Make `value` the job's result (result.json, `job.result()`), as a function's return
         value is: for a script or module, which returns none. Rank 0's value is kept."""
-        _RESULT["value"] = value
+        RESULT["value"] = value
 
     @property
     def is_main(self) -> bool:
@@ -67,7 +67,7 @@ class JobContext:
 # The rank's context: set by the rank's bootstrap, built on first use for a script or module
 # (building it starts JAX's backend, which a program may want to start with jax.distributed first).
 _CURRENT: dict = {}
-_RESULT: dict = {}  # {"value": ...} once set_result was called
+RESULT: dict = {}  # {"value": ...} once set_result was called
 
 
 def context() -> JobContext:
@@ -86,7 +86,7 @@ def context() -> JobContext:
     return current
 
 
-def _set_context(value: JobContext | None = None, build=None) -> None:
+def set_context(value: JobContext | None = None, build=None) -> None:
     """The bootstrap's: the context itself (a function entrypoint), or how to build it on first use."""
     _CURRENT.clear()
     if value is not None:

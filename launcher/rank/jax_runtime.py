@@ -179,14 +179,14 @@ class InitializeAnswer:
         if module is not None:
             self._wrap_module(module)
         else:
-            sys.meta_path.insert(0, _AfterImport("jax.distributed", self._wrap_module))
+            sys.meta_path.insert(0, AfterImport("jax.distributed", self._wrap_module))
 
     def _wrap_module(self, module) -> None:
         if not hasattr(module.initialize, "jaxlaunch_answer"):
             module.initialize = self.wrap(module.initialize)
 
 
-class _AfterImport(importlib.abc.MetaPathFinder):
+class AfterImport(importlib.abc.MetaPathFinder):
     """Calls `callback(module)` once the module `name` has been executed by its own loader."""
 
     def __init__(self, name: str, callback):

@@ -123,7 +123,7 @@ class RankMonitor:
         self._stop.set()
         self._thread.join(timeout=5)
         self.report_notice()  # a notice that came after the last poll
-        self.tracker.latest = self.tracker._snapshot = None
+        self.tracker.latest = self.tracker.snapshot = None
 
     def finish(self, tracker: CollectiveTracker | None = None) -> None:
         """After stop(): say this rank's entrypoint returned, after `tracker.count` collectives;
@@ -156,7 +156,7 @@ class RankMonitor:
         """Send what was reported; `final` (main has returned): all of it, waiting for its values."""
         while True:
             self._flush_once(final)
-            if not (self.progress._reports if final else self.progress.pending):
+            if not (self.progress.queued if final else self.progress.pending):
                 return
 
     def _flush_once(self, final: bool = False) -> None:

@@ -76,7 +76,7 @@ class ProgressReporter:
         self.rank = rank
         self.last_step = None
         self.total: int | None = None
-        self._reports: deque = deque()  # append and popleft are thread-safe
+        self.queued: deque = deque()  # reports not taken yet; append and popleft are thread-safe
         self._previous: tuple[int, float] | None = None  # (step, time) of the last report sent
         self.first: tuple[float, float] | None = None  # (time, seconds compiled by then) of the first report
         self.hang_at = planted_hang(rank)  # the drill's `repeat` fault (drill_fault.py); None normally
@@ -87,19 +87,19 @@ class ProgressReporter:
         self.last_step = step  # where this rank was when it fails (its error record; the governor)
         if self.hang_at is not None and plain_number(step) == self.hang_at:
             hang_in_the_programs_place(self.hang_at)
-        self._reports.append((step, time.time(), total, metrics if self.rank == 0 else None))
+        self.queued.append((step, time.time(), total, metrics if self.rank == 0 else None))
 
     def take(self, wait: bool = False) -> dict | None:
         """The 'progress' message for (at most CHUNK of) what was reported since the last call, or
         None; call again while `pending`."""
         # Rank 0 sends its reports (CHUNK at a time); the others only their step time.
-        count = min(CHUNK, len(self._reports)) if self.rank == 0 else len(self._reports)
+        count = min(CHUNK, len(self.queued)) if self.rank == 0 else len(self.queued)
         # Only reports whose JAX values are computed: the monitor thread must never wait for a device
         # (a step stuck in a cross-process collective would leave it unable to answer a stop), and
         # a report counts as progress for the hang watchdog once its step has run.
         taken = []
-        while len(taken) < count and self._reports and (wait or _computed(self._reports[0])):
-            taken.append(self._reports.popleft())
+        while len(taken) < count and self.queued and (wait or _computed(self.queued[0])):
+            taken.append(self.queued.popleft())
         # Here, in the monitor thread, a JAX step becomes a Python number.
         reports = [(plain_number(step), at, total, metrics) for step, at, total, metrics in taken]
         if not reports:
@@ -121,4 +121,4 @@ class ProgressReporter:
     @property
     def pending(self) -> bool:
         """Reports that can be taken now (not ones still waiting for their device values)."""
-        return bool(self._reports) and _computed(self._reports[0])
+        return bool(self.queued) and _computed(self.queued[0])

@@ -34,7 +34,7 @@ class CollectiveTracker:
         self.blocking_timeout: float | None = None  # its own timeout (launcher.barrier(timeout=...))
         # the monitor thread's own state
         self.confirmed = 0    # every collective up to this one has finished
-        self._snapshot = None  # (seq, output) taken at an earlier poll
+        self.snapshot = None  # (seq, output) taken at an earlier poll
         self._oldest = None   # (seq, first seen) of the oldest collective not known to be finished
 
     def start(self, name: str) -> int:
@@ -75,17 +75,17 @@ class CollectiveTracker:
     def observe(self) -> None:
         """Advance what is known to have finished (monitor thread only)."""
         latest = self.latest
-        if self._snapshot is None and latest is not None and latest[0] > self.confirmed:
-            self._snapshot = latest  # kept until ready, so a fast stream of collectives still confirms
-        if self._snapshot is not None:
-            seq, output = self._snapshot
+        if self.snapshot is None and latest is not None and latest[0] > self.confirmed:
+            self.snapshot = latest  # kept until ready, so a fast stream of collectives still confirms
+        if self.snapshot is not None:
+            seq, output = self.snapshot
             try:
                 ready = output is None or output.is_ready()
             except Exception:  # noqa: BLE001  (a deleted buffer has finished too)
                 ready = True
             if ready:
                 self.confirmed = max(self.confirmed, seq)
-                self._snapshot = None
+                self.snapshot = None
         count = self.count
         if self._oldest is not None and self._oldest[0] <= self.confirmed:
             self._oldest = None

@@ -63,7 +63,7 @@ def _is_array(value) -> bool:
     return isinstance(value, np.ndarray) or (hasattr(value, "__array__") and hasattr(value, "shape"))
 
 
-def _dtype(name: str) -> np.dtype:
+def dtype_from_name(name: str) -> np.dtype:
     """A dtype from its name, including ml_dtypes' (bfloat16, float8_*, int4...)."""
     try:
         return np.dtype(name)
@@ -233,7 +233,7 @@ def decode_result(value, arrays):
             return _decode_scalar(item["__scalar__"], item["value"])
         if ARRAY_MARKER in item:
             array = arrays[item[ARRAY_MARKER]]
-            dtype = _dtype(item["dtype"])
+            dtype = dtype_from_name(item["dtype"])
             return array.view(dtype) if array.dtype != dtype else array  # bf16 is stored as raw |V2
         if "__dict__" in item:
             return {decode(k): decode(v) for k, v in item["__dict__"]}
@@ -245,7 +245,7 @@ def decode_result(value, arrays):
 
 
 def _decode_scalar(name: str, value):
-    dtype = _dtype(name)
+    dtype = dtype_from_name(name)
     kind = dtype.kind
     if kind in "mM":
         return np.array(value, np.int64).view(dtype)[()]

@@ -10,11 +10,11 @@ from pathlib import Path
 
 from ..errors import UsageError
 from ..rundir import atomic_write_bytes
-from .table import SweepTable, _is_number
+from .table import SweepTable, is_number
 
 
 def _numeric_columns(table: SweepTable) -> list[str]:
-    return [c for c in table.columns if c != "task" and any(_is_number(row.get(c)) for row in table.rows)]
+    return [c for c in table.columns if c != "task" and any(is_number(row.get(c)) for row in table.rows)]
 
 
 def _metric_values(table: SweepTable, metric: str) -> list[tuple[dict, float]]:
@@ -24,7 +24,7 @@ def _metric_values(table: SweepTable, metric: str) -> list[tuple[dict, float]]:
         raise UsageError(f"no column {metric!r} in the sweep results.\n"
                          f"  fix: pick one of the numeric columns: {', '.join(numeric) or '(none yet)'}.")
     found = [(row, float(row[metric])) for row in table.rows
-             if _is_number(row.get(metric)) and math.isfinite(row[metric])]
+             if is_number(row.get(metric)) and math.isfinite(row[metric])]
     if not found:
         states = sorted({row["state"] for row in table.rows})
         raise UsageError(f"no task has a finite number in column {metric!r} yet "
@@ -48,7 +48,7 @@ def _label(value) -> str:
         return value
     if isinstance(value, float):
         return format(value, ".6g")
-    if _is_number(value):
+    if is_number(value):
         return str(value)
     return json.dumps(value)
 
@@ -83,11 +83,11 @@ def plot(table: SweepTable, metric: str, path, x: str | None = None, by: str | N
     for row, y in found:
         group = tuple(f"{k}={_label(row.get(k))}" for k in group_keys)
         lines.setdefault(group, []).append((row.get(x), y))
-        order[group] = tuple((0, float(v), "") if _is_number(v) else (1, 0.0, _label(v))
+        order[group] = tuple((0, float(v), "") if is_number(v) else (1, 0.0, _label(v))
                              for v in (row.get(k) for k in group_keys))
     lines = dict(sorted(lines.items(), key=lambda item: order[item[0]]))
     xs = [point[0] for points in lines.values() for point in points]
-    numeric_x = all(_is_number(v) for v in xs)
+    numeric_x = all(is_number(v) for v in xs)
     # x values that are not all numbers (optimizer names, ...) become evenly spaced ticks, in one
     # sorted order shared by every line
     ticks = sorted({_label(v) for v in xs}) if not numeric_x else []

@@ -125,7 +125,7 @@ def collect(sweep_dir) -> SweepTable:
                       warnings=warnings)
 
 
-def _is_number(value) -> bool:
+def is_number(value) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
@@ -145,7 +145,7 @@ def format_table(table: SweepTable) -> str:
     aligns = []
     for column in table.columns:
         present = [row[column] for row in table.rows if row.get(column) is not None]
-        aligns.append("right" if present and all(_is_number(v) for v in present) else "left")
+        aligns.append("right" if present and all(is_number(v) for v in present) else "left")
     cells = [[_cell(row.get(column)) for column in table.columns] for row in table.rows]
     # the cells are already text: numparse would turn a string result like "1e5" into a number
     return tabulate(cells, headers=table.columns, colalign=aligns, disable_numparse=True)

@@ -450,7 +450,7 @@ def test_staged_results_match_the_device_path_leaf_for_leaf(world, op, monkeypat
     from launcher.rank.collectives import staged as staged_path
     rank, _ = world
     tree = _mixed_tree(rank)
-    assert staged_path._staged_signature(jax.tree_util.tree_leaves(tree)) is not None
+    assert staged_path.staged_signature(jax.tree_util.tree_leaves(tree)) is not None
     staged = launcher.allreduce(tree, op=op)
     monkeypatch.setattr(staged_path, "STAGED", False)
     reference = launcher.allreduce(tree, op=op)

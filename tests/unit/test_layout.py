@@ -1,7 +1,8 @@
 """The package's shape: imports flow one way, between modules and between packages (no cycles,
 counting the imports inside functions too, since those only hide a cycle); nothing outside a
-backend's package reaches into it; every package says in its docstring what lives in it; and
-JAX's internals stay in the two modules that need them."""
+backend's package reaches into it; no module takes another's private (underscore) names; every
+package says in its docstring what lives in it; and JAX's internals stay in the two modules that
+need them."""
 
 import ast
 import re
@@ -155,6 +156,115 @@ def test_nothing_outside_a_backend_reaches_into_it():
     assert backend_packages(packages()) == ["launcher.backends.local", "launcher.backends.slurm"]
     found = reaches_into_a_backend(import_graph(), packages())
     assert not found, "imports of a backend's internals from outside it:\n  " + "\n  ".join(found)
+
+
+def is_private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def private_definitions(tree: ast.AST) -> set[str]:
+    """The private names a module defines: its functions, classes, assigned and imported names,
+    arguments, and the attributes it sets on self or cls."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            found.add(node.name)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            found.add(node.id)
+        elif (isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store)
+              and isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
+            found.add(node.attr)
+        elif isinstance(node, ast.alias):
+            found.add(node.asname or node.name)
+        elif isinstance(node, ast.arg):
+            found.add(node.arg)
+    return {name for name in found if is_private(name)}
+
+
+def private_names_taken(sources: dict[str, str]) -> list[str]:
+    """`module:line what` for every private (underscore) name a launcher module takes from another:
+    `from m import _x` (relative imports too), `m._x` where `m` is an imported launcher module, and
+    `obj._x` where `_x` is defined by another module and not by this one (another module's class
+    keeps it to itself). Dunders are public. `sources` maps module names to their text; a module
+    with submodules among them is a package (its __init__), which relative imports resolve from."""
+    trees = {name: ast.parse(text) for name, text in sources.items()}
+    defined = {name: private_definitions(tree) for name, tree in trees.items()}
+    found = []
+    for name, tree in sorted(trees.items()):
+        package = name if any(other.startswith(name + ".") for other in trees) else name.rpartition(".")[0]
+        modules_here = {}  # local name -> the launcher module it is bound to
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    head = alias.name if alias.asname else alias.name.split(".")[0]
+                    modules_here[alias.asname or head] = head
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package.split(".")
+                    base = base[:len(base) - node.level + 1]
+                    prefix = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    prefix = node.module or ""
+                for alias in node.names:
+                    if f"{prefix}.{alias.name}" in trees:
+                        modules_here[alias.asname or alias.name] = f"{prefix}.{alias.name}"
+                    elif prefix in trees and prefix != name and is_private(alias.name):
+                        found.append(f"{name}:{node.lineno} imports {prefix}.{alias.name}")
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Attribute) and is_private(node.attr)):
+                continue
+            chain, value = [], node.value
+            while isinstance(value, ast.Attribute):
+                chain.insert(0, value.attr)
+                value = value.value
+            if isinstance(value, ast.Name) and value.id in ("self", "cls") and not chain:
+                continue
+            module = None
+            if isinstance(value, ast.Name) and value.id in modules_here:
+                module = ".".join([modules_here[value.id], *chain])
+            if module in trees:
+                if module != name:
+                    found.append(f"{name}:{node.lineno} uses {module}.{node.attr}")
+            elif node.attr not in defined[name]:
+                owners = sorted(other for other in trees if node.attr in defined[other])
+                if owners:
+                    found.append(f"{name}:{node.lineno} uses {ast.unparse(node)}, private to {' or '.join(owners)}")
+    return sorted(found)
+
+
+def test_the_private_name_checker_finds_names_taken_from_another_module():
+    sources = {
+        "launcher": "import launcher.b\n\nX = launcher.b._y\n",
+        "launcher.a": ("from .b import _x, y, __version__\nfrom . import b\nimport launcher.b as bee\nimport os\n\n"
+                       "def f(thing):\n    os._exit(b._x + bee._y() + thing.b._held + thing._own)\n"),
+        "launcher.b": ("import os\n\n_x = y = 1\n__version__ = '1'\n\ndef _y():\n    return os._exit\n\n"
+                       "class B:\n    def __init__(self):\n        self._held = None\n\n"
+                       "    def same(self, other):\n        return other._held\n"),
+        "launcher.pkg": "from .m import _w\n",
+        "launcher.pkg.m": "from ..b import _x as x\n\n_w = x\n",
+        "launcher.c": "from launcher.pkg import m\n\n\ndef f():\n    return m._w\n",
+        "launcher.d": "_own = 1\n\n\ndef f(thing):\n    return thing._own\n",
+    }
+    assert private_names_taken(sources) == [
+        "launcher.a:1 imports launcher.b._x",
+        "launcher.a:7 uses launcher.b._x",
+        "launcher.a:7 uses launcher.b._y",
+        "launcher.a:7 uses thing._own, private to launcher.d",
+        "launcher.a:7 uses thing.b._held, private to launcher.b",
+        "launcher.c:5 uses launcher.pkg.m._w",
+        "launcher.pkg.m:1 imports launcher.b._x",
+        "launcher.pkg:1 imports launcher.pkg.m._w",
+        "launcher:3 uses launcher.b._y",
+    ]
+    assert private_names_taken({"launcher": "", "launcher.b": sources["launcher.b"]}) == []
+
+
+def test_no_module_takes_another_modules_private_names():
+    """A name with an underscore belongs to its module, which may change it freely; what another
+    module needs gets a public name where it is defined (the collectives' shared helpers have theirs
+    inside launcher/rank/collectives/)."""
+    found = private_names_taken({name: path.read_text() for name, path in modules().items()})
+    assert not found, "private names taken from another module (give them public names):\n  " + "\n  ".join(found)
 
 
 def test_every_package_says_what_lives_in_it():

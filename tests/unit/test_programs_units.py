@@ -178,12 +178,12 @@ def test_initialize_after_jax_started_says_to_set_jax_distributed():
 
 
 def test_the_answer_is_installed_when_the_module_is_first_imported(tmp_path, monkeypatch):
-    from launcher.rank.jax_runtime import _AfterImport
+    from launcher.rank.jax_runtime import AfterImport
 
     write(tmp_path / "late_module_for_hook.py", "def initialize():\n    return 'original'\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     seen = []
-    hook = _AfterImport("late_module_for_hook", lambda module: seen.append(module.initialize()))
+    hook = AfterImport("late_module_for_hook", lambda module: seen.append(module.initialize()))
     sys.meta_path.insert(0, hook)
     try:
         import late_module_for_hook  # noqa: F401
@@ -202,11 +202,11 @@ def test_context_outside_jaxlaunch_says_so_and_inside_is_built_once():
 
     saved = dict(module._CURRENT)
     try:
-        module._set_context()
+        module.set_context()
         with pytest.raises(RuntimeError, match="works only in a process jaxlaunch started"):
             launcher.context()
         built = []
-        module._set_context(build=lambda: built.append(1) or types.SimpleNamespace(rank=0))
+        module.set_context(build=lambda: built.append(1) or types.SimpleNamespace(rank=0))
         assert not module.context_built()
         assert launcher.context() is launcher.context() and built == [1] and module.context_built()
     finally:

@@ -214,9 +214,9 @@ class Checkpoints:
             pieces = [Piece(number, region, self.rank) for number, leaf in enumerate(leaves)
                       for region in _local_regions(leaf)]
         else:
-            from ...rundir.results import _dtype
+            from ...rundir.results import dtype_from_name
 
-            shards = [LeafShards(tuple(e["shape"]), _dtype(e["dtype"]).itemsize, shards_of(leaf, self.size))
+            shards = [LeafShards(tuple(e["shape"]), dtype_from_name(e["dtype"]).itemsize, shards_of(leaf, self.size))
                       for e, leaf in zip(entries, leaves)]
             pieces = [p for p in plan(shards, self.size) if p.writer == self.rank]
         name = storage.step_name(step)
@@ -511,7 +511,7 @@ class _NpzReader:
     def read(self, entry: dict, region):
         import numpy as np
 
-        from ...rundir.results import _dtype
+        from ...rundir.results import dtype_from_name
 
         if self._arrays is None:
             try:
@@ -521,7 +521,7 @@ class _NpzReader:
                 raise DamagedCheckpoint(f"{self.path}: {exc}") from None
         if entry["key"] not in self._arrays:
             raise DamagedCheckpoint(f"{self.path}: no {entry['key']} (leaf {entry['path']})")
-        stored, dtype = self._arrays[entry["key"]], _dtype(entry["dtype"])
+        stored, dtype = self._arrays[entry["key"]], dtype_from_name(entry["dtype"])
         array = (stored.view(dtype) if stored.dtype != dtype else stored).reshape(entry["shape"])
         return np.array(array[relative(region, whole(array.shape))])
 

@@ -137,9 +137,9 @@ class PieceReader:
         """The values of `region` of the leaf `entry` (a manifest leaf), as a new array."""
         import numpy as np
 
-        from ...rundir.results import _dtype
+        from ...rundir.results import dtype_from_name
 
-        dtype, path = _dtype(entry["dtype"]), entry["path"]
+        dtype, path = dtype_from_name(entry["dtype"]), entry["path"]
         overlaps = []
         for piece in entry["pieces"]:
             held = tuple(map(tuple, piece["index"]))

@@ -18,7 +18,8 @@ each rank; ops.py's doc says how a leaf is read and how they must be called.
   choice.py     which of the two transports a call uses (the spec's, or `using(...)` for a block)
 
 Imports flow one way (ops -> staged -> host -> leaves; ops -> device -> leaves, transport, xla, choice);
-nothing here imports this file.
+nothing here imports this file. What one module here takes from another has a public name (no
+underscore; tests/unit/test_layout.py checks), yet is no API for jobs: they use what this file exports.
 """
 
 from .ops import allgather, allreduce, barrier, broadcast, wait_pending  # wait_pending: bootstrap's, before exit

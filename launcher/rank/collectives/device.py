@@ -24,7 +24,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from mpi4py import MPI
 
 from . import choice, transport, xla
-from .leaves import _MPI_OPS, _concat, _groups, _home_device, _is_on, _result_dtype, _split, _split_columns, _wire_dtype
+from .leaves import MPI_OPS, call_groups, concat, home_device, is_on, result_dtype, split, split_columns, wire_dtype
 
 _LOCAL_REDUCERS = {"sum": jnp.sum, "mean": jnp.sum, "max": jnp.max, "min": jnp.min}
 
@@ -41,27 +41,27 @@ def _ordered_comm():
     return MPI.COMM_WORLD.Clone()
 
 
-_dependency = {}  # device -> int32 counter threaded through every fast-path call, to keep order
+DEPENDENCY = {}  # device -> int32 counter threaded through every fast-path call, to keep order
 
 
 @functools.partial(jax.jit, static_argnames=("op", "counts", "ordered"))
-def _fused_allreduce(parts, dependency, op, counts, ordered):
+def fused_allreduce(parts, dependency, op, counts, ordered):
     """One dispatch: per group, concat -> one MPI allreduce -> split; then mean and casts.
     counts: contributions per part, the divisor of a mean."""
     out = [None] * len(parts)
-    for group in _groups([(p.shape, p.dtype) for p in parts], op):
-        wire = _wire_dtype(parts[group[0]].dtype, op)
-        buffer = _concat([parts[i].astype(wire) for i in group])
-        reduced = transport.allreduce_flat(buffer, _MPI_OPS[op], _comm(), ordered=ordered)
-        for i, value in zip(group, _split(reduced, [parts[i].shape for i in group])):
+    for group in call_groups([(p.shape, p.dtype) for p in parts], op):
+        wire = wire_dtype(parts[group[0]].dtype, op)
+        buffer = concat([parts[i].astype(wire) for i in group])
+        reduced = transport.allreduce_flat(buffer, MPI_OPS[op], _comm(), ordered=ordered)
+        for i, value in zip(group, split(reduced, [parts[i].shape for i in group])):
             value = value / counts[i] if op == "mean" else value
-            out[i] = value.astype(_result_dtype(parts[i].dtype, op))
+            out[i] = value.astype(result_dtype(parts[i].dtype, op))
     return out, dependency + 1
 
 
 def _on_home(array, home):
     """The copy of `array` that lives on `home`, without a transfer when it is already there."""
-    if _is_on(array.sharding, home):
+    if is_on(array.sharding, home):
         return array
     for shard in array.addressable_shards:  # replicated: take the local copy, zero-copy
         if shard.device == home and shard.data.shape == array.shape:
@@ -86,8 +86,8 @@ def _local_flattener(op: str, out_sharding):
     def flatten(xs):
         groups = {}
         for x in xs:
-            groups.setdefault(_wire_dtype(x.dtype, op).name, []).append(
-                jnp.ravel(_LOCAL_REDUCERS[op](x, axis=0)).astype(_wire_dtype(x.dtype, op)))
+            groups.setdefault(wire_dtype(x.dtype, op).name, []).append(
+                jnp.ravel(_LOCAL_REDUCERS[op](x, axis=0)).astype(wire_dtype(x.dtype, op)))
         return [jnp.concatenate(groups[name]) if len(groups[name]) > 1 else groups[name][0]
                 for name in sorted(groups)]
     return jax.jit(flatten, out_shardings=out_sharding)
@@ -97,7 +97,7 @@ def _stacked_layout(xs, op):
     """For each flat buffer of _local_flattener (same order): its leaves' positions in xs."""
     groups = {}
     for position, x in enumerate(xs):
-        groups.setdefault(_wire_dtype(x.dtype, op).name, []).append(position)
+        groups.setdefault(wire_dtype(x.dtype, op).name, []).append(position)
     return [groups[name] for name in sorted(groups)]
 
 
@@ -108,7 +108,7 @@ def _spreader(layout, out_shardings):
     def spread(flats):
         out = [None] * sum(len(group) for group, _ in layout)
         for flat, (group, leaves) in zip(flats, layout):
-            pieces = _split(flat, [shape for _, shape, _, _ in leaves])
+            pieces = split(flat, [shape for _, shape, _, _ in leaves])
             for position, piece, (rows, _, count, dtype) in zip(group, pieces, leaves):
                 value = (piece / count if count else piece).astype(dtype)
                 out[position] = jnp.broadcast_to(value, (rows,) + value.shape)
@@ -116,8 +116,8 @@ def _spreader(layout, out_shardings):
     return jax.jit(spread, out_shardings=list(out_shardings))
 
 
-def _allreduce_device_leaves(leaves, kinds, indices, op, results):
-    home = _home_device()
+def allreduce_device_leaves(leaves, kinds, indices, op, results):
+    home = home_device()
     size = MPI.COMM_WORLD.Get_size()
     stacked = [i for i in indices if kinds[i] == "stacked"]
     single = [i for i in indices if kinds[i] != "stacked"]
@@ -134,11 +134,11 @@ def _allreduce_device_leaves(leaves, kinds, indices, op, results):
         outputs = xla.allreduce(inputs, op, counts)
         marker = outputs[-1]
     else:
-        if home not in _dependency:
-            _dependency[home] = jax.device_put(jnp.zeros((), jnp.int32), home)
-        outputs, _dependency[home] = _fused_allreduce(inputs, _dependency[home], op=op, counts=counts,
+        if home not in DEPENDENCY:
+            DEPENDENCY[home] = jax.device_put(jnp.zeros((), jnp.int32), home)
+        outputs, DEPENDENCY[home] = fused_allreduce(inputs, DEPENDENCY[home], op=op, counts=counts,
                                                       ordered=not transport.fast_path_for(home))
-        marker = _dependency[home]
+        marker = DEPENDENCY[home]
     moves = []
     for i, value in zip(single, outputs):
         if kinds[i] == "home":
@@ -152,7 +152,7 @@ def _allreduce_device_leaves(leaves, kinds, indices, op, results):
     if stacked:
         reduced_flats = jax.device_put(list(outputs[len(single):]), replicated)  # one transfer per dtype
         spec = tuple((tuple(group), tuple((xs[p].shape[0], xs[p].shape[1:], size * xs[p].shape[0]
-                                            if op == "mean" else 0, _result_dtype(xs[p].dtype, op).name)
+                                            if op == "mean" else 0, result_dtype(xs[p].dtype, op).name)
                                            for p in group)) for group in layout)
         for i, value in zip(stacked, _spreader(spec, tuple(x.sharding for x in xs))(reduced_flats)):
             results[i] = value
@@ -162,11 +162,11 @@ def _allreduce_device_leaves(leaves, kinds, indices, op, results):
 # --- broadcast and allgather: public mpi4jax ops, fused per dtype -------------------------
 
 @functools.partial(jax.jit, static_argnames=("root",))
-def _fused_bcast(parts, root):
-    return _split(transport.require_mpi4jax().bcast(_concat(parts), root, comm=_ordered_comm()), [p.shape for p in parts])
+def fused_bcast(parts, root):
+    return split(transport.require_mpi4jax().bcast(concat(parts), root, comm=_ordered_comm()), [p.shape for p in parts])
 
 
 @jax.jit
-def _fused_allgather(parts):
-    gathered = transport.require_mpi4jax().allgather(_concat(parts), comm=_ordered_comm())  # (size, n)
-    return _split_columns(gathered, [p.shape for p in parts])
+def fused_allgather(parts):
+    gathered = transport.require_mpi4jax().allgather(concat(parts), comm=_ordered_comm())  # (size, n)
+    return split_columns(gathered, [p.shape for p in parts])

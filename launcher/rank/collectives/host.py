@@ -10,36 +10,36 @@ import functools
 import numpy as np
 from mpi4py import MPI
 
-from .leaves import _MPI_OPS, _groups, _result_dtype, _split, _wire_dtype
+from .leaves import MPI_OPS, call_groups, result_dtype, split, wire_dtype
 
 
 @functools.cache
-def _host_comm():
+def host_comm():
     # Host leaves travel with mpi4py from this thread while mpi4jax calls run in XLA's threads;
     # two threads must never race collectives on one communicator. The first call is collective
     # (a Clone): make it inside the tracker's enter/leave, or a rank that never comes is not named.
     return MPI.COMM_WORLD.Clone()
 
 
-def _host_concat(parts):
+def host_concat(parts):
     return np.concatenate([np.ravel(p) for p in parts]) if parts else np.empty(0)
 
 
-def _restore_host(value, original, kind):
+def restore_host(value, original, kind):
     array = np.asarray(value)
     if kind == "python":
         return array.item()
     return array if isinstance(original, np.ndarray) else array[()]
 
 
-def _allreduce_host_leaves(leaves, kinds, indices, op, results):
-    size = _host_comm().Get_size()
+def allreduce_host_leaves(leaves, kinds, indices, op, results):
+    size = host_comm().Get_size()
     arrays = {i: np.asarray(leaves[i]) for i in indices}
-    for group in _groups([(arrays[i].shape, arrays[i].dtype) for i in indices], op):
+    for group in call_groups([(arrays[i].shape, arrays[i].dtype) for i in indices], op):
         members = [indices[g] for g in group]
-        wire = _wire_dtype(arrays[members[0]].dtype, op)
-        buffer = np.ascontiguousarray(_host_concat([arrays[i].astype(wire, copy=False) for i in members]))
-        _host_comm().Allreduce(MPI.IN_PLACE, buffer, op=_MPI_OPS[op])
-        for i, value in zip(members, _split(buffer, [arrays[i].shape for i in members])):
-            value = value / size if op == "mean" else value.astype(_result_dtype(arrays[i].dtype, op))
-            results[i] = _restore_host(value, leaves[i], kinds[i])
+        wire = wire_dtype(arrays[members[0]].dtype, op)
+        buffer = np.ascontiguousarray(host_concat([arrays[i].astype(wire, copy=False) for i in members]))
+        host_comm().Allreduce(MPI.IN_PLACE, buffer, op=MPI_OPS[op])
+        for i, value in zip(members, split(buffer, [arrays[i].shape for i in members])):
+            value = value / size if op == "mean" else value.astype(result_dtype(arrays[i].dtype, op))
+            results[i] = restore_host(value, leaves[i], kinds[i])

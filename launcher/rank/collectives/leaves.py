@@ -15,9 +15,9 @@ import numpy as np
 from jax.sharding import SingleDeviceSharding
 from mpi4py import MPI
 
-_MPI_OPS = {"sum": MPI.SUM, "mean": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}
+MPI_OPS = {"sum": MPI.SUM, "mean": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}
 # dtypes MPI has no type for travel as float32 and are cast back.
-_WIRE_DTYPES = {"bfloat16": np.dtype(np.float32), "float16": np.dtype(np.float32)}
+WIRE_DTYPES = {"bfloat16": np.dtype(np.float32), "float16": np.dtype(np.float32)}
 # Leaves this large get an MPI call of their own: a 16 MiB concat + split costs more than a call.
 SOLO_BYTES = 4 << 20
 
@@ -26,7 +26,7 @@ HOST_KINDS = ("numpy", "python")
 
 
 @functools.cache
-def _home_device():
+def home_device():
     return jax.local_devices()[0]
 
 
@@ -36,7 +36,7 @@ def _leaf_name(tree, index: int) -> str:
     return "tree" + jax.tree_util.keystr(path)
 
 
-def _classify(value, tree, index, home=None) -> str:
+def classify(value, tree, index, home=None) -> str:
     """'home' (on the first local device: the common, cheapest case), 'jax' (on another single
     device, or replicated), 'stacked' (one row per local device), 'numpy' or 'python'."""
     if isinstance(value, jax.Array):
@@ -47,7 +47,7 @@ def _classify(value, tree, index, home=None) -> str:
                 "local devices.")
         sharding = value.sharding
         if isinstance(sharding, SingleDeviceSharding):
-            return "home" if home is not None and _is_on(sharding, home) else "jax"
+            return "home" if home is not None and is_on(sharding, home) else "jax"
         if not value.is_fully_addressable:
             raise ValueError(f"{_leaf_name(tree, index)} spans devices of other processes (a jax.distributed "
                              "global array); launcher collectives take per-process arrays")
@@ -65,34 +65,34 @@ def _classify(value, tree, index, home=None) -> str:
     raise TypeError(f"{_leaf_name(tree, index)} is a {type(value).__name__}; collectives take arrays and numbers")
 
 
-def _is_on(sharding, device) -> bool:
+def is_on(sharding, device) -> bool:
     return isinstance(sharding, SingleDeviceSharding) and next(iter(sharding.device_set)) == device
 
 
-def _wire_dtype(dtype, op: str | None = None) -> np.dtype:
+def wire_dtype(dtype, op: str | None = None) -> np.dtype:
     """The dtype a leaf travels as: bools as integers (a sum counts; max/min is any/all), and
     dtypes MPI lacks (float16, bfloat16) as float32."""
     dtype = np.dtype(dtype)
     if dtype == np.bool_ and op is not None:
         return np.dtype(np.int32 if op in ("sum", "mean") else np.uint8)
-    return _WIRE_DTYPES.get(dtype.name, dtype)
+    return WIRE_DTYPES.get(dtype.name, dtype)
 
 
-def _result_dtype(dtype, op: str) -> np.dtype:
+def result_dtype(dtype, op: str) -> np.dtype:
     dtype = np.dtype(dtype)
     if op == "mean":  # bfloat16 is no NumPy inexact type, yet a float: its mean stays bfloat16
-        return dtype if np.issubdtype(dtype, np.inexact) or dtype.name in _WIRE_DTYPES else np.dtype(np.float32)
+        return dtype if np.issubdtype(dtype, np.inexact) or dtype.name in WIRE_DTYPES else np.dtype(np.float32)
     if dtype == np.bool_ and op == "sum":
         return np.dtype(np.int32)  # a sum of bools is a count
     return dtype
 
 
-def _groups(shapes_dtypes, op):
+def call_groups(shapes_dtypes, op):
     """Leaf indices per MPI call: leaves of SOLO_BYTES or more alone, the rest one group per wire
     dtype. Deterministic, so every rank makes the same calls in the same order."""
     solo, by_dtype = [], {}
     for i, (shape, dtype) in enumerate(shapes_dtypes):
-        wire = _wire_dtype(dtype, op)
+        wire = wire_dtype(dtype, op)
         if math.prod(shape) * wire.itemsize >= SOLO_BYTES:
             solo.append([i])
         else:
@@ -100,20 +100,20 @@ def _groups(shapes_dtypes, op):
     return solo + [by_dtype[name] for name in sorted(by_dtype)]
 
 
-def _dtype_of(value) -> np.dtype:
+def dtype_of(value) -> np.dtype:
     return np.dtype(value.dtype) if hasattr(value, "dtype") else np.asarray(value).dtype
 
 
-def _by_wire_dtype(leaves, indices):
+def by_wire_dtype(leaves, indices):
     """[(wire dtype name, leaf indices)] in a fixed order, the same on every rank."""
     groups = {}
     for i in indices:
-        groups.setdefault(_wire_dtype(_dtype_of(leaves[i])).name, []).append(i)
+        groups.setdefault(wire_dtype(dtype_of(leaves[i])).name, []).append(i)
     return sorted(groups.items())
 
 
 
-def _split(flat, shapes):
+def split(flat, shapes):
     out, start = [], 0
     for shape in shapes:
         n = math.prod(shape)
@@ -122,14 +122,14 @@ def _split(flat, shapes):
     return out
 
 
-def _concat(parts):
+def concat(parts):
     flat = [jnp.ravel(p) for p in parts]
     return flat[0] if len(flat) == 1 else jnp.concatenate(flat)
 
 
 
 
-def _split_columns(gathered, shapes):
+def split_columns(gathered, shapes):
     """(size, n) -> one (size, *shape) block per leaf."""
     out, start = [], 0
     for shape in shapes:

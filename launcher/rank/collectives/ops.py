@@ -26,18 +26,18 @@ import numpy as np
 from mpi4py import MPI
 
 from ..tracker import TRACKER
-from .device import _allreduce_device_leaves, _dependency, _fused_allgather, _fused_bcast
-from .host import _allreduce_host_leaves, _host_comm, _host_concat, _restore_host
+from .device import DEPENDENCY, allreduce_device_leaves, fused_allgather, fused_bcast
+from .host import allreduce_host_leaves, host_comm, host_concat, restore_host
 from . import choice, traced, xla
-from .leaves import (DEVICE_KINDS, HOST_KINDS, _MPI_OPS, _by_wire_dtype, _classify, _dtype_of, _home_device, _split,
-                     _split_columns)
-from .staged import (_ArrayImpl, _allreduce_one_array, _allreduce_plan, _allreduce_staged, _broadcast_one_array,
-                     _broadcast_plan, _broadcast_staged, _staged_signature)
+from .leaves import (DEVICE_KINDS, HOST_KINDS, MPI_OPS, by_wire_dtype, classify, dtype_of, home_device, split,
+                     split_columns)
+from .staged import (ArrayImpl, allreduce_one_array, allreduce_plan, allreduce_staged, broadcast_one_array,
+                     broadcast_plan, broadcast_staged, staged_signature)
 
 
 def _check_op(op):
-    if op not in _MPI_OPS:
-        raise ValueError(f"op={op!r} is not supported; use one of {', '.join(_MPI_OPS)}")
+    if op not in MPI_OPS:
+        raise ValueError(f"op={op!r} is not supported; use one of {', '.join(MPI_OPS)}")
 
 
 def allreduce(tree, op: str = "sum"):
@@ -48,8 +48,8 @@ def allreduce(tree, op: str = "sum"):
     """
     _check_op(op)
     over_mpi = choice.current() == "mpi4jax"  # else XLA's collectives (xla.py) for the device leaves
-    if over_mpi and type(tree) is _ArrayImpl:
-        result = _allreduce_one_array(tree, op)
+    if over_mpi and type(tree) is ArrayImpl:
+        result = allreduce_one_array(tree, op)
         if result is not None:
             return result
     leaves, treedef = jax.tree_util.tree_flatten(tree)
@@ -57,20 +57,20 @@ def allreduce(tree, op: str = "sum"):
         return tree
     if traced.is_traced(leaves):
         return traced.allreduce(leaves, treedef, op)
-    signature = _staged_signature(leaves) if over_mpi else None
+    signature = staged_signature(leaves) if over_mpi else None
     if signature is not None:
-        return treedef.unflatten(_allreduce_staged(leaves, _allreduce_plan(signature, op), op))
-    home = _home_device()
-    kinds = [_classify(v, tree, i, home) for i, v in enumerate(leaves)]
+        return treedef.unflatten(allreduce_staged(leaves, allreduce_plan(signature, op), op))
+    home = home_device()
+    kinds = [classify(v, tree, i, home) for i, v in enumerate(leaves)]
     results = [None] * len(leaves)
     on_device = [i for i, k in enumerate(kinds) if k in DEVICE_KINDS]
     on_host = [i for i, k in enumerate(kinds) if k in HOST_KINDS]
     seq = TRACKER.start("allreduce")
     if on_device:
-        TRACKER.dispatched(seq, "allreduce", _allreduce_device_leaves(leaves, kinds, on_device, op, results))
+        TRACKER.dispatched(seq, "allreduce", allreduce_device_leaves(leaves, kinds, on_device, op, results))
     if on_host:
         TRACKER.enter(seq, "allreduce")
-        _allreduce_host_leaves(leaves, kinds, on_host, op, results)
+        allreduce_host_leaves(leaves, kinds, on_host, op, results)
         TRACKER.leave()
     return jax.tree_util.tree_unflatten(treedef, results)
 
@@ -78,35 +78,35 @@ def allreduce(tree, op: str = "sum"):
 def broadcast(tree, root: int = 0):
     """Every process gets the root process's tree (same structure, shapes and dtypes required)."""
     over_mpi = choice.current() == "mpi4jax"
-    if over_mpi and type(tree) is _ArrayImpl:
-        result = _broadcast_one_array(tree, root)
+    if over_mpi and type(tree) is ArrayImpl:
+        result = broadcast_one_array(tree, root)
         if result is not None:
             return result
     leaves, treedef = jax.tree_util.tree_flatten(tree)
     if traced.is_traced(leaves):
         return traced.broadcast(leaves, treedef, root)
-    signature = _staged_signature(leaves) if leaves and over_mpi else None
+    signature = staged_signature(leaves) if leaves and over_mpi else None
     if signature is not None:
-        return treedef.unflatten(_broadcast_staged(leaves, _broadcast_plan(signature), root))
-    kinds = [_classify(v, tree, i) for i, v in enumerate(leaves)]
+        return treedef.unflatten(broadcast_staged(leaves, broadcast_plan(signature), root))
+    kinds = [classify(v, tree, i) for i, v in enumerate(leaves)]
     results = [None] * len(leaves)
     device = [i for i, k in enumerate(kinds) if k in DEVICE_KINDS]
     host = [i for i, k in enumerate(kinds) if k in HOST_KINDS]
-    home = _home_device()
+    home = home_device()
     seq = TRACKER.start("broadcast")
-    for wire, indices in _by_wire_dtype(leaves, device):
+    for wire, indices in by_wire_dtype(leaves, device):
         parts = [jax.device_put(leaves[i], home).astype(wire) for i in indices]
-        reduced = _fused_bcast(parts, root=root) if over_mpi else xla.broadcast(parts, root)
+        reduced = fused_bcast(parts, root=root) if over_mpi else xla.broadcast(parts, root)
         TRACKER.dispatched(seq, "broadcast", reduced[-1])
         for i, value in zip(indices, reduced):
             results[i] = jax.device_put(value.astype(leaves[i].dtype), leaves[i].sharding)
-    for wire, indices in _by_wire_dtype(leaves, host):
-        buffer = np.ascontiguousarray(_host_concat([np.asarray(leaves[i], wire) for i in indices]))
+    for wire, indices in by_wire_dtype(leaves, host):
+        buffer = np.ascontiguousarray(host_concat([np.asarray(leaves[i], wire) for i in indices]))
         TRACKER.enter(seq, "broadcast")
-        _host_comm().Bcast(buffer, root=root)
+        host_comm().Bcast(buffer, root=root)
         TRACKER.leave()
-        for i, value in zip(indices, _split(buffer, [np.shape(leaves[i]) for i in indices])):
-            results[i] = _restore_host(value.astype(_dtype_of(leaves[i])), leaves[i], kinds[i])
+        for i, value in zip(indices, split(buffer, [np.shape(leaves[i]) for i in indices])):
+            results[i] = restore_host(value.astype(dtype_of(leaves[i])), leaves[i], kinds[i])
     TRACKER.done(seq)  # an empty tree sends nothing, and must not stay pending
     return jax.tree_util.tree_unflatten(treedef, results)
 
@@ -121,29 +121,29 @@ def allgather(tree):
     leaves, treedef = jax.tree_util.tree_flatten(tree)
     if traced.is_traced(leaves):
         return traced.allgather(leaves, treedef)
-    kinds = [_classify(v, tree, i) for i, v in enumerate(leaves)]
+    kinds = [classify(v, tree, i) for i, v in enumerate(leaves)]
     results = [None] * len(leaves)
-    home = _home_device()
+    home = home_device()
     seq = TRACKER.start("allgather")
     for on_device, wanted in ((True, DEVICE_KINDS), (False, HOST_KINDS)):
         indices = [i for i, k in enumerate(kinds) if k in wanted]
-        for wire, members in _by_wire_dtype(leaves, indices):
+        for wire, members in by_wire_dtype(leaves, indices):
             if on_device:
                 parts = [jax.device_put(leaves[i], home).astype(wire) for i in members]
-                gathered = _fused_allgather(parts) if choice.current() == "mpi4jax" else xla.allgather(parts)
+                gathered = fused_allgather(parts) if choice.current() == "mpi4jax" else xla.allgather(parts)
                 TRACKER.dispatched(seq, "allgather", gathered[-1])
             else:
-                buffer = np.ascontiguousarray(_host_concat([np.asarray(leaves[i], wire) for i in members]))
+                buffer = np.ascontiguousarray(host_concat([np.asarray(leaves[i], wire) for i in members]))
                 out = np.empty((MPI.COMM_WORLD.Get_size(), buffer.size), buffer.dtype)
                 TRACKER.enter(seq, "allgather")
-                _host_comm().Allgather(buffer, out)
+                host_comm().Allgather(buffer, out)
                 TRACKER.leave()
-                gathered = _split_columns(out, [np.shape(leaves[i]) for i in members])
+                gathered = split_columns(out, [np.shape(leaves[i]) for i in members])
             for i, value in zip(members, gathered):
                 shape = np.shape(leaves[i])
                 if shape:
                     value = value.reshape((-1,) + tuple(shape[1:]))
-                results[i] = value.astype(_dtype_of(leaves[i]))
+                results[i] = value.astype(dtype_of(leaves[i]))
     TRACKER.done(seq)  # an empty tree sends nothing, and must not stay pending
     return jax.tree_util.tree_unflatten(treedef, results)
 
@@ -153,7 +153,7 @@ def wait_pending() -> None:
     JAX effect, so jax.effects_barrier() alone does not wait for them; a process must not exit
     while one is still queued, or its peers would wait forever."""
     jax.effects_barrier()
-    jax.block_until_ready(list(_dependency.values()) + xla.LAST)
+    jax.block_until_ready(list(DEPENDENCY.values()) + xla.LAST)
 
 
 def barrier(name: str = "barrier", timeout: float | None = None) -> None:
@@ -169,5 +169,5 @@ def barrier(name: str = "barrier", timeout: float | None = None) -> None:
     label = "barrier" if name == "barrier" else f"barrier {name!r}"
     seq = TRACKER.start(label)
     TRACKER.enter(seq, label, timeout=timeout)
-    _host_comm().Barrier()
+    host_comm().Barrier()
     TRACKER.leave()

@@ -33,8 +33,8 @@ from jax.sharding import SingleDeviceSharding
 from mpi4py import MPI
 
 from ..tracker import TRACKER
-from .host import _host_comm, _restore_host
-from .leaves import _MPI_OPS, _WIRE_DTYPES, _groups, _home_device, _result_dtype, _wire_dtype
+from .host import host_comm, restore_host
+from .leaves import MPI_OPS, WIRE_DTYPES, call_groups, home_device, result_dtype, wire_dtype
 
 
 def _device_put(aval, sharding, values, devices, committed, copy):
@@ -43,12 +43,12 @@ def _device_put(aval, sharding, values, devices, committed, copy):
 
 
 try:  # the host-to-device put under jax.device_put, without its ~30 us of Python per array
-    from jax._src.array import ArrayImpl as _ArrayImpl
+    from jax._src.array import ArrayImpl
     from jax._src.lib import xla_client as _xla_client
 
     _put = _xla_client.batched_device_put
 except (ImportError, AttributeError):  # JAX internals moved: jax.device_put does the same, slower
-    _ArrayImpl = jax.Array  # never a leaf's exact type: no device leaf is staged then
+    ArrayImpl = jax.Array  # never a leaf's exact type: no device leaf is staged then
     _put = _device_put
 
 try:  # jaxlib lets go of a put's host buffer only at its next collection (see _buffer)
@@ -72,17 +72,17 @@ _STAGING: dict = {}  # (wire dtype, elements) -> a staging buffer, oldest first
 
 @functools.cache
 def _home_sharding():
-    return SingleDeviceSharding(_home_device())
+    return SingleDeviceSharding(home_device())
 
 
 @functools.cache
 def _home_devices():
-    return [_home_device()]
+    return [home_device()]
 
 
 @functools.cache
 def _home_is_cpu() -> bool:
-    return _home_device().platform == "cpu"
+    return home_device().platform == "cpu"
 
 
 def _is_home_sharding(sharding) -> bool:
@@ -98,10 +98,10 @@ def _is_home_sharding(sharding) -> bool:
 
 def _mpi_dtype_ok(dtype) -> bool:
     """MPI has a type for it, or it travels as one that has (bfloat16, float16)."""
-    return dtype.kind in "biufc" or dtype.name in _WIRE_DTYPES
+    return dtype.kind in "biufc" or dtype.name in WIRE_DTYPES
 
 
-def _staged_signature(leaves):
+def staged_signature(leaves):
     """(kind, shape, dtype) per leaf when every leaf can be staged through host memory: a jax.Array
     on the home device of a CPU process, a NumPy array or scalar, a Python number. None otherwise."""
     if not (STAGED and _home_is_cpu()):
@@ -109,7 +109,7 @@ def _staged_signature(leaves):
     signature = []
     for leaf in leaves:
         cls = type(leaf)
-        if cls is _ArrayImpl:
+        if cls is ArrayImpl:
             if not (_is_home_sharding(leaf.sharding) and _mpi_dtype_ok(leaf.dtype)):
                 return None
             signature.append(("device", leaf.shape, leaf.dtype))
@@ -156,22 +156,22 @@ def _staged_leaf(index, kind, shape, dtype, start, stop, result):
 
 
 @functools.lru_cache(maxsize=256)
-def _allreduce_plan(signature, op):
-    """The groups of _groups (the same calls in the same order on every rank), laid out."""
+def allreduce_plan(signature, op):
+    """The groups of call_groups (the same calls in the same order on every rank), laid out."""
     groups = []
-    for members in _groups([(shape, dtype) for _, shape, dtype in signature], op):
+    for members in call_groups([(shape, dtype) for _, shape, dtype in signature], op):
         staged, start = [], 0
         for i in members:
             kind, shape, dtype = signature[i]
             stop = start + math.prod(shape)
-            staged.append(_staged_leaf(i, kind, shape, dtype, start, stop, _result_dtype(dtype, op)))
+            staged.append(_staged_leaf(i, kind, shape, dtype, start, stop, result_dtype(dtype, op)))
             start = stop
-        groups.append(_staged_group(_wire_dtype(signature[members[0]][2], op), start, staged, op))
+        groups.append(_staged_group(wire_dtype(signature[members[0]][2], op), start, staged, op))
     return tuple(groups)
 
 
 @functools.lru_cache(maxsize=256)
-def _broadcast_plan(signature):
+def broadcast_plan(signature):
     """One buffer, one MPI call: a lone leaf in its own dtype, several leaves as bytes (each at an
     aligned offset), whatever their dtypes."""
     if len(signature) == 1:
@@ -259,9 +259,9 @@ def _allreduce_tracked(pairs, op) -> int:
     seq = TRACKER.start("allreduce")
     TRACKER.enter(seq, "allreduce")
     try:
-        comm = _host_comm()
+        comm = host_comm()
         for send, receive in pairs:
-            comm.Allreduce(send, receive, op=_MPI_OPS[op])
+            comm.Allreduce(send, receive, op=MPI_OPS[op])
     finally:
         TRACKER.leave()
     return comm.Get_size()
@@ -272,12 +272,12 @@ def _bcast_tracked(buffer, root) -> None:
     seq = TRACKER.start("broadcast")
     TRACKER.enter(seq, "broadcast")
     try:
-        _host_comm().Bcast(buffer.reshape(-1).view(np.uint8), root=root)
+        host_comm().Bcast(buffer.reshape(-1).view(np.uint8), root=root)
     finally:
         TRACKER.leave()
 
 
-def _allreduce_staged(leaves, groups, op):
+def allreduce_staged(leaves, groups, op):
     staged = [_stage(leaves, group) for group in groups]  # waits for the inputs: before the tracker
     processes = _allreduce_tracked(staged, op)
     sharding, devices = _home_sharding(), _home_devices()
@@ -313,7 +313,7 @@ def _unpack_reduced(leaves, group, buffer, op, processes, results):
         else:
             if op != "mean" and value.dtype != leaf.result:
                 value, fresh = value.astype(leaf.result), True
-            results[leaf.index] = _restore_host(value if fresh else value.copy(), leaves[leaf.index], leaf.kind)
+            results[leaf.index] = restore_host(value if fresh else value.copy(), leaves[leaf.index], leaf.kind)
 
 
 @functools.lru_cache(maxsize=256)
@@ -321,12 +321,12 @@ def _result_aval(shape, dtype):
     return jax.core.ShapedArray(shape, dtype)
 
 
-def _allreduce_one_array(x, op):
+def allreduce_one_array(x, op):
     """launcher.allreduce(x) of one array on the home device that comes back in its own dtype: the
     commonest call (a loss, a count, a packed gradient buffer), as the staged path makes it, without
     the tree machinery around it (~10 us of Python). None when x is not such an array."""
     dtype = x.dtype
-    if not (STAGED and dtype.kind in ("fc" if op == "mean" else "iufc") and dtype.name not in _WIRE_DTYPES
+    if not (STAGED and dtype.kind in ("fc" if op == "mean" else "iufc") and dtype.name not in WIRE_DTYPES
             and _home_is_cpu() and _is_home_sharding(x.sharding)):
         return None  # float16 travels as float32, as in a tree: that is the general path's work
     send = np.asarray(x)  # waits until x is computed: before the tracker
@@ -337,7 +337,7 @@ def _allreduce_one_array(x, op):
     return _put(_result_aval(send.shape, dtype), _home_sharding(), [buffer], _home_devices(), True, False)
 
 
-def _broadcast_one_array(x, root):
+def broadcast_one_array(x, root):
     """launcher.broadcast(x) of one array on the home device, as the staged path makes it, without the
     tree machinery. None when x is not such an array."""
     if not (STAGED and _home_is_cpu() and _is_home_sharding(x.sharding)):
@@ -349,7 +349,7 @@ def _broadcast_one_array(x, root):
     return _put(_result_aval(x.shape, x.dtype), _home_sharding(), [buffer], _home_devices(), True, False)
 
 
-def _broadcast_staged(leaves, group, root):
+def broadcast_staged(leaves, group, root):
     # elsewhere than at the root the values are overwritten: no need to read (or wait for) them
     buffer = _gather(leaves, group) if MPI.COMM_WORLD.Get_rank() == root else _empty(group)
     _bcast_tracked(buffer, root)
@@ -357,13 +357,13 @@ def _broadcast_staged(leaves, group, root):
     if len(group.leaves) == 1:
         leaf = group.leaves[0]
         if leaf.aval is None:
-            return [_restore_host(buffer, leaves[0], leaf.kind)]
+            return [restore_host(buffer, leaves[0], leaf.kind)]
         return [_put(leaf.aval, sharding, [buffer], devices, True, False)]
     results = []
     for leaf in group.leaves:
         value = buffer[leaf.start:leaf.stop].view(leaf.dtype).reshape(leaf.shape)
         if leaf.aval is None:
-            results.append(_restore_host(value.copy(), leaves[leaf.index], leaf.kind))
+            results.append(restore_host(value.copy(), leaves[leaf.index], leaf.kind))
         else:
             results.append(_put(leaf.aval, sharding, [value], devices, True, True))
     return results

@@ -20,8 +20,8 @@ import jax.numpy as jnp
 from mpi4py import MPI
 
 from . import transport
-from .device import _fused_allreduce, _fused_allgather, _fused_bcast
-from .leaves import _by_wire_dtype, _home_device
+from .device import fused_allreduce, fused_allgather, fused_bcast
+from .leaves import by_wire_dtype, home_device
 
 PSUM_HINT = ("inside pmap or shard_map, reduce the local devices with jax.lax.psum(x, axis_name) and call "
              "launcher.allreduce outside, on the result; or run one device per process (processes_per_node = "
@@ -47,7 +47,7 @@ def _as_arrays(leaves):
 
 def _ordered() -> bool:
     """The fast, effect-free primitive is registered for CPU; a GPU uses mpi4jax's public op."""
-    return not transport.fast_path_for(_home_device())
+    return not transport.fast_path_for(home_device())
 
 
 def allreduce(leaves, treedef, op: str):
@@ -55,7 +55,7 @@ def allreduce(leaves, treedef, op: str):
     parts = _as_arrays(leaves)
     counts = tuple(MPI.COMM_WORLD.Get_size() for _ in parts)  # a mean divides by the processes
     # A jit over several devices is refused when the step is lowered (transport.py says why).
-    out, _ = _fused_allreduce(parts, jnp.int32(0), op=op, counts=counts, ordered=_ordered())
+    out, _ = fused_allreduce(parts, jnp.int32(0), op=op, counts=counts, ordered=_ordered())
     return treedef.unflatten(out)
 
 
@@ -63,8 +63,8 @@ def broadcast(leaves, treedef, root: int):
     _refuse_named_axes("broadcast")
     parts = _as_arrays(leaves)
     results = [None] * len(parts)
-    for wire, indices in _by_wire_dtype(parts, range(len(parts))):
-        sent = _fused_bcast([parts[i].astype(wire) for i in indices], root=root)
+    for wire, indices in by_wire_dtype(parts, range(len(parts))):
+        sent = fused_bcast([parts[i].astype(wire) for i in indices], root=root)
         for i, value in zip(indices, sent):
             results[i] = value.astype(parts[i].dtype)
     return treedef.unflatten(results)
@@ -74,8 +74,8 @@ def allgather(leaves, treedef):
     _refuse_named_axes("allgather")
     parts = _as_arrays(leaves)
     results = [None] * len(parts)
-    for wire, indices in _by_wire_dtype(parts, range(len(parts))):
-        gathered = _fused_allgather([parts[i].astype(wire) for i in indices])
+    for wire, indices in by_wire_dtype(parts, range(len(parts))):
+        gathered = fused_allgather([parts[i].astype(wire) for i in indices])
         for i, value in zip(indices, gathered):
             shape = parts[i].shape
             results[i] = (value.reshape((-1,) + tuple(shape[1:])) if shape else value).astype(parts[i].dtype)

@@ -24,7 +24,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec, SingleDeviceSharding
 from mpi4py import MPI
 
-from .leaves import _concat, _groups, _home_device, _result_dtype, _split, _split_columns, _wire_dtype
+from .leaves import call_groups, concat, home_device, result_dtype, split, split_columns, wire_dtype
 
 AXIS = "processes"
 LAST: list = []  # the latest exchange's result: a process must not exit while it is queued (ops.wait_pending)
@@ -44,9 +44,9 @@ def mesh() -> Mesh:
     homes = {}
     for device in jax.devices():
         homes.setdefault(device.process_index, device)
-    if homes[rank] != _home_device():  # jax.devices() lists each process's devices as local_devices() does
+    if homes[rank] != home_device():  # jax.devices() lists each process's devices as local_devices() does
         raise RuntimeError(f"transport: xla: JAX lists {homes[rank]} first for this process, not its first local "
-                           f"device {_home_device()}")
+                           f"device {home_device()}")
     return Mesh(np.array([homes[p] for p in range(size)]), (AXIS,))
 
 
@@ -67,7 +67,7 @@ def _local(arrays):
 
 @functools.partial(jax.jit, static_argnames=("layout", "op"))
 def _pack(parts, layout, op):
-    return [_concat([parts[i].astype(_wire_dtype(parts[i].dtype, op)) for i in group])[None] for group in layout]
+    return [concat([parts[i].astype(wire_dtype(parts[i].dtype, op)) for i in group])[None] for group in layout]
 
 
 def _to_home(function, static_argnames):
@@ -78,7 +78,7 @@ def _to_home(function, static_argnames):
     def call(*args, **static):
         if not jitted:
             jitted[0] = jax.jit(function, static_argnames=static_argnames,
-                                out_shardings=SingleDeviceSharding(_home_device()))
+                                out_shardings=SingleDeviceSharding(home_device()))
         return jitted[0](*args, **static)
     return call
 
@@ -87,9 +87,9 @@ def _unpack(rows, meta, layout, op, counts):
     """rows: the reduced (1, n) buffers; meta: (shape, dtype name) per part."""
     out = [None] * len(meta)
     for row, group in zip(rows, layout):
-        for i, value in zip(group, _split(row[0], [meta[i][0] for i in group])):
+        for i, value in zip(group, split(row[0], [meta[i][0] for i in group])):
             value = value / counts[i] if op == "mean" else value
-            out[i] = value.astype(_result_dtype(meta[i][1], op))
+            out[i] = value.astype(result_dtype(meta[i][1], op))
     return out
 
 
@@ -107,7 +107,7 @@ def _exchange(op: str, buffers: int):
 
 def allreduce(parts, op: str, counts: tuple):
     """parts: arrays on the home device -> their reductions over processes, on the home device."""
-    layout = tuple(tuple(group) for group in _groups([(p.shape, p.dtype) for p in parts], op))
+    layout = tuple(tuple(group) for group in call_groups([(p.shape, p.dtype) for p in parts], op))
     rows = _pack(parts, layout=layout, op=op)
     reduced = _local(_exchange(op, len(rows))(*_global(rows)))
     LAST[:] = reduced[-1:]
@@ -125,11 +125,11 @@ def _replicate(root: int | None):
 
 @jax.jit
 def _pack_one(parts):
-    return _concat(parts)[None]
+    return concat(parts)[None]
 
 
-_split_row = _to_home(lambda row, shapes: _split(row, shapes), ("shapes",))
-_split_rows = _to_home(lambda rows, shapes: _split_columns(rows, shapes), ("shapes",))
+_split_row = _to_home(lambda row, shapes: split(row, shapes), ("shapes",))
+_split_rows = _to_home(lambda rows, shapes: split_columns(rows, shapes), ("shapes",))
 
 
 def broadcast(parts, root: int):
