@@ -17,7 +17,7 @@ output goes to RUN_DIR/output.log.
 
 from __future__ import annotations
 
-from .backends import find_job, get_backend
+from .backends import RUN_DEFAULT, SUBMIT_DEFAULT, find_job, get_backend
 from .backends.base import Job
 from .errors import UnknownJobError, UsageError
 
@@ -35,13 +35,14 @@ def _load(spec, overrides):
 
 def run(spec, overrides=(), run_dir=None) -> Job:
     """Start `spec` (a path or a JobSpec) on this machine, as `jaxlaunch run` does; returns at once."""
-    return get_backend("local").start(_load(spec, overrides), run_dir)
+    return get_backend(RUN_DEFAULT).start(_load(spec, overrides), run_dir)
 
 
-def submit(spec, overrides=(), run_dir=None, check: bool = True) -> Job:
-    """Submit `spec` (a path or a JobSpec) to Slurm, as `jaxlaunch submit` does (the same check
-    against the cluster first, unless check=False); returns the handle."""
-    return get_backend("slurm").start(_load(spec, overrides), run_dir, check=check)
+def submit(spec, overrides=(), run_dir=None, check: bool = True, backend: str = SUBMIT_DEFAULT) -> Job:
+    """Submit `spec` (a path or a JobSpec) to `backend` (Slurm unless named: any backend of the
+    registry, launcher.backends), as `jaxlaunch submit` does (the same check against the cluster
+    first, unless check=False); returns the handle."""
+    return get_backend(backend).start(_load(spec, overrides), run_dir, check=check)
 
 
 def job(job_id_or_run_dir) -> Job:

@@ -352,7 +352,7 @@ def run_checks(env: Mapping[str, str] = os.environ, spec=None) -> list[Check]:
     (launcher.backends.mpirun.find_mpirun: beside this Python first, then this process's PATH). `spec`: a
     JobSpec whose container runtime and image are checked too."""
     import launcher
-    from .backends import BACKENDS, get_backend
+    from .backends import get_backend, names
     from .errors import UsageError
     from .backends.mpirun import find_mpirun
 
@@ -367,7 +367,7 @@ def run_checks(env: Mapping[str, str] = os.environ, spec=None) -> list[Check]:
     mpi4py_run = _python_probe(MPI4PY_PROBE, env)
     mpi4jax_run = _python_probe(MPI4JAX_PROBE, env)
     jax_run = _python_probe(JAX_PROBE, env)
-    backend_checks = [get_backend(name).start_doctor_checks(env) for name in BACKENDS]  # Slurm: scontrol ping
+    backend_checks = [get_backend(name).start_doctor_checks(env) for name in names()]  # Slurm: scontrol ping
     contained = spec is not None and spec.container is not None
     container_answer, container_probe = _start_container_probes(spec, env) if contained else (None, None)
 

@@ -56,12 +56,12 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-FAULTS = ("kill", "preempt", "hang", "repeat")
-SLURM_FAULTS = (*FAULTS, "node")
-DEFAULT_FAULTS = ("kill", "preempt", "hang")  # `repeat` takes two hang limits: asked for by name
-SLURM_DEFAULT_FAULTS = (*DEFAULT_FAULTS, "node")
+from .backends import RUN_DEFAULT
+
+# Which faults a target offers is its backend's (Backend.drill_faults); `repeat` takes two hang limits,
+# so it runs only when asked for by name.
+ASKED_BY_NAME = ("repeat",)
 REPEAT_RESTARTS = 3  # what the governor must not spend
-TARGETS = ("local", "slurm")
 POINTS = ("start", "step", "checkpoint")
 POLL_SECONDS = 0.1
 HANG_FLOOR_SECONDS = 5  # the drill's hang_timeout: at least this, or 10x the clean run's slowest step
@@ -155,25 +155,6 @@ def _status(run_dir: Path) -> dict:
         return {}
 
 
-def _rank_pid(run_dir: Path, rank: int) -> int | None:
-    """The process of rank `rank` of the job's current attempt (mpirun's or srun's variable)."""
-    from .supervisor.processes import is_output_pump, job_processes
-
-    for variable in ("OMPI_COMM_WORLD_RANK", "SLURM_PROCID", "PMIX_RANK"):
-        pids = job_processes(run_dir, {variable: str(rank)})
-        pids = [pid for pid in pids if _is_python(pid) and not is_output_pump(pid)]
-        if pids:
-            return max(pids)  # the newest: a restarted attempt's
-    return None
-
-
-def _is_python(pid: int) -> bool:
-    try:
-        return b"python" in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
-    except OSError:
-        return False
-
-
 def same_result(clean, other, tolerance: float, ignore=()) -> tuple[bool, str]:
     """(equal, where they differ first): numbers bit for bit (tolerance 0) or within `tolerance`
     (relative and absolute), arrays and nested lists and mappings alike. Keys named in `ignore`
@@ -210,20 +191,10 @@ def same_result(clean, other, tolerance: float, ignore=()) -> tuple[bool, str]:
     return not where, where
 
 
-def signal_rank_here(run_dir: Path, rank: int, signum: int) -> bool:
-    """Signal rank `rank` of the job in `run_dir` if its process runs on this machine (a drill's
-    step on each of a Slurm job's nodes runs this: `python -m launcher.drill signal ...`)."""
-    pid = _rank_pid(run_dir, rank)
-    if pid is None:
-        return False
-    os.kill(pid, signum)
-    return True
-
-
 class Drill:
     def __init__(self, spec_path: str, overrides: list[str], program_args: list[str], folder: Path,
                  faults: list[str], count: int, seed: int, tolerance: float, echo=print, ignore=("attempt",),
-                 target: str = "local", processes_per_node: int = 1, runs_program: bool = False):
+                 target: str = RUN_DEFAULT, processes_per_node: int = 1, runs_program: bool = False):
         self.target, self.processes_per_node = target, processes_per_node
         self.runs_program = runs_program  # a script or module: no ctx, its preemption is preemption_signal
         self.running: tuple[subprocess.Popen, Path] | None = None  # the run a Ctrl-C must end
@@ -242,8 +213,9 @@ class Drill:
             command = [_jaxlaunch(), "run", "--resume", str(run_dir)]
         else:
             command = [_jaxlaunch(), "run", self.spec_path, "--run-dir", str(run_dir)]
-            if self.target == "slurm":  # --wait: follows the job, its restarts and requeues, to its end
-                command = [_jaxlaunch(), "submit", self.spec_path, "--wait", "--run-dir", str(run_dir)]
+            if self.target != RUN_DEFAULT:  # --wait: follows the job, its restarts and requeues, to its end
+                command = [_jaxlaunch(), "submit", self.spec_path, "--backend", self.target, "--wait",
+                           "--run-dir", str(run_dir)]
             for override in [*self.overrides, *extra]:
                 command += ["--set", override]
             if self.program_args:
@@ -349,29 +321,15 @@ class Drill:
             time.sleep(POLL_SECONDS)
         return False
 
-    def _inject(self, trial: Trial, run_dir: Path, process: subprocess.Popen) -> str | None:
-        """Inject the fault; why it could not be, or None."""
-        if self.target == "slurm":
-            return self._inject_in_slurm(trial, run_dir)
-        if trial.fault == "preempt":
-            os.kill(process.pid, signal.SIGUSR2)
-            return None
-        pid = _rank_pid(run_dir, trial.rank)
-        if pid is None:
-            return f"rank {trial.rank}'s process was not found"
-        os.kill(pid, signal.SIGKILL if trial.fault == "kill" else signal.SIGSTOP)
-        return None
-
-    def _inject_in_slurm(self, trial: Trial, run_dir: Path) -> str | None:
-        """Through the Slurm backend, as Slurm would deliver the fault (backends/slurm/faults.py)."""
+    def _inject(self, trial: Trial, run_dir: Path) -> str | None:
+        """Inject the fault through the target's backend, as its scheduler would deliver it
+        (backends/faults.py on this machine, backends/slurm/faults.py on Slurm); why it could not
+        be, or None."""
         from .backends import get_backend
 
-        job_id = _status(run_dir).get("job_id")
-        if not job_id:
-            return "the job's Slurm id is not in its status.json"
         try:
-            trial.node = get_backend("slurm").inject_fault(trial.fault, str(job_id), run_dir, trial.rank,
-                                                           self.processes_per_node)
+            trial.node = get_backend(self.target).inject_fault(trial.fault, _status(run_dir).get("job_id"), run_dir,
+                                                               trial.rank, self.processes_per_node)
         except Exception as exc:  # noqa: BLE001  (FaultNotInjected, SchedulerError: the trial says why)
             return str(exc)
         return None
@@ -400,7 +358,7 @@ class Drill:
             # the step the job had reached when the fault hit: the drill polls, so it may be past the target
             reached_steps = [r["step"] for r in _reports(run_dir) if isinstance(r.get("step"), int)]
             trial.injected_step = max(reached_steps) if reached_steps else None
-            problem = self._inject(trial, run_dir, process)
+            problem = self._inject(trial, run_dir)
             if problem:
                 trial.why.append(problem)
             try:
@@ -409,8 +367,8 @@ class Drill:
                 if trial.node:  # the drill's own DOWN: give the node back to the cluster
                     from .backends import get_backend
 
-                    get_backend("slurm").end_fault(trial.node)
-            if trial.fault == "preempt" and code == 75 and self.target == "local":  # PREEMPTED: continue it
+                    get_backend(self.target).end_fault(trial.node)
+            if trial.fault == "preempt" and code == 75 and self.target == RUN_DEFAULT:  # PREEMPTED: continue it
                 self._wait(self._start(run_dir, [], log, resume=True), run_dir, bound)
         except TrialTimedOut:
             trial.timed_out = True
@@ -564,7 +522,7 @@ class Drill:
 
 def run_drill(spec_path: str, overrides: list[str], program_args: list[str], folder: Path, faults: list[str],
               count: int, seed: int, tolerance: float, num_processes: int, echo=print, ignore=("attempt",),
-              target: str = "local", processes_per_node: int = 1, runs_program: bool = False) -> bool:
+              target: str = RUN_DEFAULT, processes_per_node: int = 1, runs_program: bool = False) -> bool:
     folder = folder.resolve()  # the ranks' JAXLAUNCH_RUN_DIR is absolute: how their processes are found
     folder.mkdir(parents=True, exist_ok=True)
     drill = Drill(spec_path, overrides, program_args, folder, faults, count, seed, tolerance, echo, ignore,
@@ -609,25 +567,10 @@ def _run_drill(drill: Drill, folder: Path, num_processes: int, target: str, echo
     for trial in drill.trials:
         where = f"step {trial.target_step}" if trial.target_step is not None else f"{trial.target_seconds} s"
         echo(f"drill: {trial.fault} at {where} ({trial.point}), rank {trial.rank} ({trial.run_dir})"
-             + (" on Slurm" if target == "slurm" else ""))
+             + (f" ({target})" if target != RUN_DEFAULT else ""))
         drill.run_trial(trial)
     atomic_write_json(folder / "drill.json", drill.report())
     echo(drill.scorecard())
     passed = all(t.passed for t in drill.trials)
     echo(f"drill: {'every fault passed' if passed else 'FAILED'}; details: {folder / 'drill.json'}")
     return passed
-
-
-def _main(argv: list[str]) -> int:
-    """`python -m launcher.drill signal RUN_DIR RANK SIGNUM`: one task of the drill's step on a
-    Slurm node (see launcher/backends/slurm/faults.py)."""
-    if len(argv) != 4 or argv[0] != "signal":
-        print("usage: python -m launcher.drill signal RUN_DIR RANK SIGNUM", file=sys.stderr)
-        return 2
-    if signal_rank_here(Path(argv[1]), int(argv[2]), int(argv[3])):
-        print(f"signalled rank {argv[2]} on {os.uname().nodename}", flush=True)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(_main(sys.argv[1:]))

@@ -22,7 +22,7 @@ import re
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from .backends import get_backend
+from .backends import RUN_DEFAULT, get_backend
 from .backends.base import Job
 from .errors import UsageError
 from .rank.function_job import (CALL_FILE, CALL_RECORD, ENTRYPOINT, FUNCTION_FOLDER, call_record,
@@ -169,7 +169,7 @@ class Executor:
     (`nodes=2, processes_per_node=4, slurm={"partition": "gpu"}, timeout="1h"`). A bad key is
     the same SpecError a spec file gets."""
 
-    def __init__(self, backend: str = "local", spec: str | Path | None = None, overrides: Iterable[str] = (),
+    def __init__(self, backend: str = RUN_DEFAULT, spec: str | Path | None = None, overrides: Iterable[str] = (),
                  **fields):
         self.backend_name = backend
         self.backend = get_backend(backend)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from tabulate import tabulate
 
-from .backends import BACKENDS, all_backends, claimant, find_job, get_backend
+from .backends import RUN_DEFAULT, all_backends, claimant, find_job, get_backend, registry
 from .errors import JaxlaunchError, UsageError
 from .states import JobState
 
@@ -158,15 +158,15 @@ def _print_part(backend, sweeps: list, jobs: list, named: bool, verbose: bool, e
 
 def _backend_of_sweep(directory) -> str:
     """The backend that ran the sweep in `directory` (sweep.json says; local if it does not)."""
-    name = directory.read().get("backend") or "local"
-    return name if name in BACKENDS else "local"
+    name = directory.read().get("backend") or RUN_DEFAULT
+    return name if name in registry() else RUN_DEFAULT
 
 
 def print_status(refs: list[str], verbose: bool, echo) -> None:
     """`jaxlaunch status [REFS]`: the jobs and sweeps named (job ids, sweep directories, run
     directories), else what each backend lists (the jobs jaxlaunch submitted, the recent local
     runs); a count of task states per sweep; the root cause of the named jobs that failed. Each
-    backend's part is printed as soon as it is ready, in BACKENDS' order."""
+    backend's part is printed as soon as it is ready, in the registry's order."""
     parts = _Parts(echo)
     if not refs:
         for backend in all_backends():
@@ -185,7 +185,7 @@ def print_status(refs: list[str], verbose: bool, echo) -> None:
         return
     from .sweeps.directory import SweepDirectory
 
-    named = {name: ([], [], []) for name in BACKENDS}  # sweep directories, ids, handles of run directories
+    named = {name: ([], [], []) for name in registry()}  # sweep directories, ids, handles of run directories
     for ref in refs:
         backend = claimant(ref)
         if backend is not None:  # an id first, as a folder of that name could also be

@@ -1,7 +1,8 @@
 """A third backend, written against the seam alone (launcher/backends/base.py and the supervisor's
 Allocation), to prove that a scheduler can be added without touching jaxlaunch:
-tests/e2e/test_fake_backend.py starts, follows and cancels jobs through it, with the Python API
-and the CLI. docs/design/add-a-backend.md walks through it.
+tests/e2e/test_fake_backend.py starts, follows, cancels and drills jobs through it, with the Python
+API and the CLI (`jaxlaunch submit --backend fake`, `jaxlaunch drill --target fake`), registered by
+JAXLAUNCH_BACKENDS=fake=fake_scheduler:FakeBackend. docs/design/add-a-backend.md walks through it.
 
 The "scheduler" is a spool folder (FAKE_SCHEDULER_SPOOL): submitting writes a numbered record
 there and starts the job's supervisor in a process of its own (`python tests/fake_scheduler.py
@@ -21,6 +22,7 @@ import time
 from pathlib import Path
 
 from launcher.backends.base import Allocation, Backend, Job, Plan
+from launcher.backends.faults import inject_here
 from launcher.backends.mpirun import RANK_ENV_DEFAULTS, find_mpirun, mpirun_flags, rank_command
 from launcher.environment import RUN_DIR_ENV
 from launcher.errors import UsageError
@@ -99,6 +101,15 @@ class FakeBackend(Backend):
     name = "fake"
     id_name = "a fake scheduler job id"
     id_example = "fake-3"
+    # what `jaxlaunch drill --target fake` may inject (no preempt: this scheduler never requeues, so a
+    # preempted job would stay PREEMPTED)
+    drill_faults = ("kill", "hang", "repeat")
+
+    def inject_fault(self, fault, job_id, run_dir, rank, processes_per_node):
+        """The ranks run on this machine: launcher's own injection, with this scheduler's record of
+        the job's first process (its supervisor)."""
+        inject_here(fault, Path(run_dir), rank, json.loads((spool() / f"{job_id}.json").read_text())["pid"])
+        return None
 
     def claims(self, ref: str) -> bool:
         return ref.startswith(PREFIX) and ref[len(PREFIX):].isdigit()

@@ -8,33 +8,88 @@ only through this file: `get_backend(name)` and `find_job(ref)`.
     slurm/     sbatch on a Slurm cluster; the supervisor runs inside the batch job
     mpirun.py  how ranks start under mpirun (the local backend's, and a batch script's)
 
-A new backend (another scheduler, a function executor) is one new package here whose __init__
-exports its `Backend` and `Job` subclasses, plus a line in `BACKENDS`.
+Backends come from a registry, read when first needed: the entry-point group `jaxlaunch.backends`
+(as torchx's `torchx.schedulers` and submitit's executors; jaxlaunch's own two are declared there in
+pyproject.toml, and kept here too, for a checkout that pip never installed), then JAXLAUNCH_BACKENDS
+(`NAME=module:Class`, comma-separated: a backend not packaged yet, the test suite's fake). A new backend
+(another scheduler, a function executor) is one package whose `Backend` subclass an entry point names;
+nothing in jaxlaunch changes.
 """
 
 from __future__ import annotations
 
+import functools
+import os
 from pathlib import Path
 
 from ..errors import UsageError
-from .base import Allocation, Backend, Job
 
-BACKENDS = {"local": "launcher.backends.local:LocalBackend", "slurm": "launcher.backends.slurm:SlurmBackend"}
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from .base import Backend, Job
+
+
+def __getattr__(name):
+    """The seam's classes, imported when first asked for: the CLI reads this package's names and
+    defaults when it starts, and base.py's imports would cost every command ~30 ms."""
+    if name in ("Allocation", "Backend", "Job"):
+        from . import base
+
+        return getattr(base, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+ENTRY_POINT_GROUP = "jaxlaunch.backends"
+EXTRA_BACKENDS_ENV = "JAXLAUNCH_BACKENDS"
+BUILT_IN = {"local": "launcher.backends.local:LocalBackend", "slurm": "launcher.backends.slurm:SlurmBackend"}
+# The defaults: `run` and `explain` start ranks on this machine, `submit` hands the job to Slurm.
+RUN_DEFAULT, SUBMIT_DEFAULT = "local", "slurm"
+
+
+@functools.lru_cache(maxsize=1)
+def _installed() -> tuple[tuple[str, str], ...]:
+    """The entry points of the group (read once per process: ~10 ms on a venv's metadata)."""
+    from importlib.metadata import entry_points
+
+    return tuple((point.name, point.value) for point in entry_points(group=ENTRY_POINT_GROUP))
+
+
+def registry() -> dict[str, str]:
+    """Backend name -> 'module:Class', in order: the built-in two, the installed ones, then
+    JAXLAUNCH_BACKENDS. A name given twice keeps its first target."""
+    found = dict(BUILT_IN)
+    for name, target in _installed():
+        found.setdefault(name, target)
+    for item in os.environ.get(EXTRA_BACKENDS_ENV, "").split(","):
+        name, sep, target = item.strip().partition("=")
+        if sep and name.strip() and ":" in target:
+            found.setdefault(name.strip(), target.strip())
+    return found
+
+
+def names() -> list[str]:
+    return list(registry())
 
 
 def get_backend(name: str) -> Backend:
-    """The backend called `name` (a key of BACKENDS); imported on first use (start-up time)."""
+    """The backend called `name` (a name in the registry); imported on first use (start-up time)."""
     import importlib
 
-    if name not in BACKENDS:
-        raise UsageError(f"unknown backend {name!r}; jaxlaunch has {', '.join(BACKENDS)}")
-    module, _, cls = BACKENDS[name].partition(":")
-    return getattr(importlib.import_module(module), cls)()
+    known = registry()
+    if name not in known:
+        raise UsageError(f"unknown backend {name!r}; jaxlaunch has {', '.join(known)}"
+                         f" (others: an entry point in the group {ENTRY_POINT_GROUP!r}, or {EXTRA_BACKENDS_ENV})")
+    module, _, cls = known[name].partition(":")
+    try:
+        found = getattr(importlib.import_module(module), cls)
+    except (ImportError, AttributeError) as error:
+        raise UsageError(f"backend {name!r} ({known[name]}) cannot be loaded: {error}\n  fix: install the package "
+                         f"that provides it, or correct its entry point or {EXTRA_BACKENDS_ENV}") from None
+    return found()
 
 
 def all_backends() -> list[Backend]:
-    """One of each backend, in BACKENDS' order (the order of `jaxlaunch status` and doctor)."""
-    return [get_backend(name) for name in BACKENDS]
+    """One of each backend, in the registry's order (the order of `jaxlaunch status` and doctor)."""
+    return [get_backend(name) for name in registry()]
 
 
 def claimant(ref: str) -> Backend | None:
@@ -65,10 +120,10 @@ def find_job(job_id_or_run_dir, to_cancel: bool = False) -> Job:
         raise UsageError(f"{text} is neither {names + ' nor ' if names else ''}a run directory "
                          f"(no {run.spec_file.name} there)")
     status = run.status()
-    if status.backend in BACKENDS and status.job_id:
+    if status.backend in registry() and status.job_id:
         return get_backend(status.backend).find(status.job_id, run)
-    return get_backend("local").find(Path(text))
+    return get_backend(RUN_DEFAULT).find(Path(text))
 
 
-__all__ = ["Allocation", "Backend", "Job", "BACKENDS", "get_backend", "all_backends", "claimant", "id_words",
-           "find_job"]
+__all__ = ["Allocation", "Backend", "Job", "ENTRY_POINT_GROUP", "EXTRA_BACKENDS_ENV", "RUN_DEFAULT", "SUBMIT_DEFAULT",
+           "registry", "names", "get_backend", "all_backends", "claimant", "id_words", "find_job"]

@@ -276,6 +276,9 @@ class Backend(ABC):
     # its run directory).
     id_name = ""
     id_example = ""
+    # The faults `jaxlaunch drill --target NAME` can inject into this backend's jobs (inject_fault);
+    # none by default. backends/faults.py delivers kill, preempt and hang to ranks on this machine.
+    drill_faults: tuple[str, ...] = ()
 
     # --- routing ---------------------------------------------------------------------------
 
@@ -418,10 +421,12 @@ class Backend(ABC):
 
         return shlex.join(rank_command(spec, "python", Path(run_dir), Path(workdir)))
 
-    def inject_fault(self, fault: str, job_id: str, run_dir: Path, rank: int, processes_per_node: int) -> str | None:
-        """`jaxlaunch drill`: inject `fault` (preempt, kill, hang, node) into a running job of this
-        backend, as its scheduler would deliver it; the node set DOWN (for end_fault), else None.
-        Raises an exception whose message says why it could not."""
+    def inject_fault(self, fault: str, job_id: str | None, run_dir: Path, rank: int,
+                     processes_per_node: int) -> str | None:
+        """`jaxlaunch drill`: inject `fault` (one of drill_faults) into a running job of this backend,
+        as its scheduler would deliver it; the node set DOWN (for end_fault), else None. `job_id`:
+        status.json's, None where the backend gives none. Raises an exception whose message says why
+        it could not (backends/faults.py's FaultNotInjected)."""
         raise UsageError(f"jaxlaunch drill cannot inject faults through the {type(self).__name__}")
 
     def end_fault(self, node: str) -> None:

@@ -6,7 +6,8 @@ import sys
 
 import click
 
-from .options import ProgramCommand, progress, spec_options, user_errors
+from ..backends import RUN_DEFAULT
+from .options import BackendName, ProgramCommand, progress, spec_options, user_errors
 
 
 
@@ -16,9 +17,10 @@ from .options import ProgramCommand, progress, spec_options, user_errors
               help="Faults to inject, comma-separated: kill (a rank SIGKILLed), preempt (a preemption notice), "
                    "hang (a rank stopped, alive), repeat (the program's own hang at one step on every attempt: the "
                    "governor must stop it after two), node (--target slurm: a rank's node set DOWN). "
-                   "[default: kill,preempt,hang; on slurm also node]")
-@click.option("--target", type=click.Choice(["local", "slurm"]), default="local", show_default=True,
-              help="Drill the job on this machine (jaxlaunch run) or on its Slurm cluster (jaxlaunch submit).")
+                   "[default: those the target offers, but repeat]")
+@click.option("--target", type=BackendName(), default=RUN_DEFAULT, show_default=True,
+              help="Drill the job on this machine (local: jaxlaunch run) or through a scheduler (slurm, or another "
+                   "backend: jaxlaunch submit --backend NAME --wait).")
 @click.option("--count", type=click.IntRange(min=1), default=1, show_default=True, help="Runs per fault.")
 @click.option("--seed", type=int, default=None, help="Chooses the points and ranks (default: random; in drill.json).")
 @click.option("--tolerance", type=click.FloatRange(min=0), default=None,
@@ -38,15 +40,20 @@ def drill(spec, overrides, program_args, faults, target, count, seed, tolerance,
     import time
     from pathlib import Path
 
-    from ..drill import DEFAULT_FAULTS, FAULTS, SLURM_DEFAULT_FAULTS, SLURM_FAULTS, run_drill
+    from ..backends import get_backend, names
+    from ..drill import ASKED_BY_NAME, run_drill
     from ..spec import load_spec
 
-    known = SLURM_FAULTS if target == "slurm" else FAULTS
-    default = SLURM_DEFAULT_FAULTS if target == "slurm" else DEFAULT_FAULTS
+    known = get_backend(target).drill_faults
+    if not known:
+        raise click.BadParameter(f"the {target} backend injects no faults (Backend.drill_faults)", param_hint="--target")
+    default = [f for f in known if f not in ASKED_BY_NAME]
     wanted = [f.strip() for f in (faults or ",".join(default)).split(",") if f.strip()]
     unknown = [f for f in wanted if f not in known]
     if unknown or not wanted:
-        hint = " (node: with --target slurm)" if "node" in unknown else ""
+        elsewhere = {fault: [name for name in names() if name != target and fault in get_backend(name).drill_faults]
+                     for fault in unknown}
+        hint = "".join(f" ({fault}: with --target {' or '.join(where)})" for fault, where in elsewhere.items() if where)
         raise click.BadParameter(f"{', '.join(unknown) or 'none'}: choose from {', '.join(known)}{hint}",
                                  param_hint="--faults")
     job = load_spec(spec, overrides, program_args=program_args)  # checked once, before any run

@@ -7,14 +7,16 @@ import sys
 
 import click
 
-from .options import spec_options, user_errors
+from ..backends import RUN_DEFAULT, SUBMIT_DEFAULT
+from .options import BackendName, spec_options, user_errors
 
 
 
 @click.command()
 @spec_options
-@click.option("--target", type=click.Choice(["local", "slurm"]), default="local", show_default=True,
-              help="Ranks as `jaxlaunch run` starts them here, or as a Slurm job (checked against the cluster).")
+@click.option("--target", type=BackendName(), default=RUN_DEFAULT, show_default=True,
+              help="Ranks as `jaxlaunch run` starts them here (local), or as a backend's job: slurm (checked "
+                   "against the cluster), or another backend's name.")
 @click.option("--run-dir", type=click.Path(file_okay=False), help="Run directory to show paths for.")
 @user_errors
 def explain(spec, overrides, program_args, target, run_dir):
@@ -34,14 +36,15 @@ def explain(spec, overrides, program_args, target, run_dir):
         sys.exit(2)
 
 
-# render's --target names a backend by what it prints: the batch script, or the local mpirun command.
-RENDER_TARGETS = {"mpirun": "local"}
+# render's --target may name the local backend by what it prints: the mpirun command.
+RENDER_TARGETS = {"mpirun": RUN_DEFAULT}
 
 
 @click.command()
 @spec_options
-@click.option("--target", type=click.Choice(["slurm", "mpirun"]), default="slurm", show_default=True,
-              help="A Slurm batch script, or the local mpirun command.")
+@click.option("--target", type=BackendName(aliases=RENDER_TARGETS), default=SUBMIT_DEFAULT, show_default=True,
+              help="A Slurm batch script (slurm), the local mpirun command (mpirun, or local), or what another "
+                   "backend would start.")
 @click.option("--run-dir", type=click.Path(file_okay=False), help="Run directory to render paths for.")
 @user_errors
 def render(spec, overrides, program_args, target, run_dir):

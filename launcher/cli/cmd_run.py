@@ -23,9 +23,9 @@ def run(spec, overrides, program_args, sweeps, max_parallel, run_dir, dry_run, r
     """Run SPEC on this machine: nodes x processes_per_node processes under mpirun.
     With a sweep, every configuration, --max-parallel at a time. SPEC may be a script
     (`jaxlaunch run train.py -n 2 -- --lr 0.1`): it runs with every other key at its default."""
-    from ..backends import get_backend
+    from ..backends import RUN_DEFAULT, get_backend
 
-    local = get_backend("local")
+    local = get_backend(RUN_DEFAULT)
     if resume_dir is not None:
         if spec is not None or overrides or program_args or sweeps or run_dir is not None or dry_run:
             raise click.UsageError("--resume RUN_DIR runs the spec saved in RUN_DIR: give no SPEC, --set, "

@@ -6,7 +6,8 @@ import sys
 
 import click
 
-from .options import ProgramCommand, is_sweep, job_or_sweep, print_results_table, progress, spec_options, sweep_options, user_errors
+from ..backends import SUBMIT_DEFAULT
+from .options import BackendName, ProgramCommand, is_sweep, job_or_sweep, print_results_table, progress, spec_options, sweep_options, user_errors
 
 
 
@@ -20,12 +21,15 @@ from .options import ProgramCommand, is_sweep, job_or_sweep, print_results_table
                                            "if all COMPLETED.")
 @click.option("--parsable", is_flag=True, help="Print only the job id (for a sweep, the array ids).")
 @click.option("--no-check", is_flag=True, help="Do not check the request against the cluster before sbatch.")
+@click.option("--backend", "backend_name", type=BackendName(), default=SUBMIT_DEFAULT, show_default=True,
+              help="The scheduler to submit to: a backend of the registry (entry points jaxlaunch.backends).")
 @user_errors
-def submit(spec, overrides, program_args, sweeps, max_parallel, run_dir, dry_run, wait, parsable, no_check):
-    """Submit SPEC to Slurm with sbatch; a sweep as one job array."""
+def submit(spec, overrides, program_args, sweeps, max_parallel, run_dir, dry_run, wait, parsable, no_check,
+           backend_name):
+    """Submit SPEC to Slurm with sbatch (or to --backend NAME); a sweep as one job array."""
     from ..backends import get_backend
 
-    backend, job = get_backend("slurm"), job_or_sweep(spec, overrides, sweeps, max_parallel, program_args)
+    backend, job = get_backend(backend_name), job_or_sweep(spec, overrides, sweeps, max_parallel, program_args)
     if dry_run:
         click.echo(backend.plan(job, run_dir, max_parallel).describe(), nl=False, color=True)
     elif is_sweep(job):

@@ -186,3 +186,33 @@ def job_id_or_run_dir(ctx, param, value):
     words = id_words()
     raise click.BadParameter(f"{value!r} is not {words + ' nor ' if words else ''}a run directory "
                              f"(a folder with spec.json)")
+
+
+class BackendName(click.ParamType):
+    """A backend's name, checked against the registry (launcher/backends/__init__.py: the entry-point
+    group jaxlaunch.backends and JAXLAUNCH_BACKENDS) when the command line is parsed, not when this
+    module is imported: listing the entry points costs every command's start. `aliases` maps other
+    words to backend names (render's `mpirun` for the local backend)."""
+
+    name = "backend"
+
+    def __init__(self, aliases: dict[str, str] | None = None):
+        self.aliases = dict(aliases or {})
+
+    def convert(self, value, param, ctx):
+        from ..backends import names
+
+        known = [*names(), *self.aliases]
+        if value not in known:
+            self.fail(f"{value!r}: choose from {', '.join(known)}", param, ctx)
+        return value
+
+    def get_metavar(self, param, ctx=None):
+        return "NAME"
+
+    def shell_complete(self, ctx, param, incomplete):
+        from click.shell_completion import CompletionItem
+
+        from ..backends import names
+
+        return [CompletionItem(n) for n in [*names(), *self.aliases] if n.startswith(incomplete)]

@@ -20,9 +20,12 @@ from launcher.states import JobState
 FAKE = ROOT / "tests" / "fake_scheduler.py"
 
 
+REGISTERED = "fake=fake_scheduler:FakeBackend"  # the registry's JAXLAUNCH_BACKENDS: no entry point to install
+
+
 @pytest.fixture
 def fake(monkeypatch, tmp_path):
-    monkeypatch.setitem(backends.BACKENDS, "fake", "fake_scheduler:FakeBackend")
+    monkeypatch.setenv("JAXLAUNCH_BACKENDS", REGISTERED)
     monkeypatch.setenv("FAKE_SCHEDULER_SPOOL", str(tmp_path / "spool"))
     monkeypatch.chdir(tmp_path)
     return backends.get_backend("fake")
@@ -82,3 +85,72 @@ def test_a_cancel_through_the_seam_ends_the_job_cancelled_with_every_ranks_stack
     assert sorted(r["rank"] for r in failure["hang"]["ranks"] if r["answered"]) == [0, 1]
     with pytest.raises(launcher.JobFailedError, match="CANCELLED"):
         job.result()
+
+
+# --- the command line, with the fake registered by JAXLAUNCH_BACKENDS only (issue 46) -----------------
+
+def cli_env(tmp_path):
+    import os
+
+    return {**os.environ, "JAXLAUNCH_BACKENDS": REGISTERED, "FAKE_SCHEDULER_SPOOL": str(tmp_path / "spool"),
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "tests"), os.environ.get("PYTHONPATH")]))}
+
+
+def steady_yaml(tmp_path, steps, step_seconds=0.1):
+    path = tmp_path / "steady.yaml"
+    path.write_text(f"name: steady\nentrypoint: {ROOT / 'tests' / 'jobs' / 'steady.py'}:main\nprocesses_per_node: 2\n"
+                    f"params: {{steps: {steps}, step_seconds: {step_seconds}}}\n")
+    return path
+
+
+def test_submit_backend_fake_starts_follows_and_cancels_through_the_cli(tmp_path):
+    from conftest import jaxlaunch
+
+    env = cli_env(tmp_path)
+    done = jaxlaunch("submit", steady_yaml(tmp_path, 5), "--backend", "fake", "--wait", "--run-dir",
+                     tmp_path / "run", env=env, cwd=tmp_path, timeout=180)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout) == {"total": 10.0, "size": 2}  # --wait: the result on stdout
+    assert "Submitted job fake-1" in done.stderr
+    shown = jaxlaunch("status", "fake-1", env=env, cwd=tmp_path)
+    assert shown.returncode == 0 and "COMPLETED" in shown.stdout, shown.stdout + shown.stderr
+
+    started = jaxlaunch("submit", steady_yaml(tmp_path, 600), "--backend", "fake", "--parsable", "--run-dir",
+                        tmp_path / "long", env=env, cwd=tmp_path)
+    assert started.returncode == 0 and started.stdout.strip() == "fake-2", started.stderr
+    deadline = time.monotonic() + 90
+    while not all((tmp_path / "long" / f"ready-rank-{r}").exists() for r in (0, 1)):
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    assert jaxlaunch("cancel", "fake-2", env=env, cwd=tmp_path).returncode == 0
+    deadline = time.monotonic() + 60
+    while json.loads((tmp_path / "long" / "status.json").read_text())["state"] != "CANCELLED":
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+
+
+def test_an_unregistered_backend_is_a_usage_error_naming_the_registry(tmp_path):
+    from conftest import jaxlaunch
+
+    refused = jaxlaunch("submit", steady_yaml(tmp_path, 5), "--backend", "fake", cwd=tmp_path)
+    assert refused.returncode == 2 and "'fake': choose from local, slurm" in refused.stderr
+
+
+def test_drill_target_fake_injects_through_the_fake_backend(tmp_path):
+    from conftest import JOBS, jaxlaunch
+
+    folder = tmp_path / "drill"
+    result = jaxlaunch("drill", JOBS / "train_data_parallel.yaml", "--target", "fake", "--set", "params.steps=40",
+                       "--set", "params.checkpoint_every=10", "--set", "params.step_seconds=0.05", "--seed", "5",
+                       "--faults", "kill,hang,repeat", "--run-dir", folder, env=cli_env(tmp_path), cwd=tmp_path,
+                       timeout=400)
+    assert result.returncode == 0, result.stderr[-4000:]
+    report = json.loads((folder / "drill.json").read_text())
+    assert report["target"] == "fake" and [t["fault"] for t in report["trials"]] == ["kill", "hang", "repeat"]
+    assert all(t["passed"] for t in report["trials"]), report["trials"]
+    for trial in report["trials"]:  # each run went through the fake scheduler, not `jaxlaunch run`
+        status = json.loads((folder / trial["run_dir"].rpartition("/")[2] / "status.json").read_text())
+        assert status["backend"] == "fake" and status["job_id"].startswith("fake-"), status
+    refused = jaxlaunch("drill", JOBS / "train_data_parallel.yaml", "--target", "fake", "--faults", "node",
+                        env=cli_env(tmp_path), cwd=tmp_path)
+    assert refused.returncode == 2 and "node: choose from kill, hang, repeat (node: with --target slurm)" in refused.stderr

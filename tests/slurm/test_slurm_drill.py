@@ -39,5 +39,5 @@ def test_the_training_job_passes_the_slurm_drill_with_a_node_set_down(slurm_env,
 
 def test_the_node_fault_needs_slurm():
     result = jaxlaunch("drill", JOBS / "train_data_parallel.yaml", "--faults", "node")
-    assert result.returncode == 2 and "node: choose from kill, preempt, hang (node: with --target slurm)" in \
+    assert result.returncode == 2 and "node: choose from kill, preempt, hang, repeat (node: with --target slurm)" in \
         result.stderr

@@ -28,6 +28,7 @@ from ...rundir.names import STATUS_FILE
 from ...spec import JobSpec
 from ...states import JobState
 from ..base import Backend, Job, StatusRows
+from ..faults import HERE as FAULTS_HERE, inject_here
 
 RESUMABLE_STATES = (JobState.PREEMPTED, JobState.FAILED, JobState.CANCELLED, JobState.TIMEOUT)
 CANCEL_GRACE_SECONDS = 60  # the supervisor's own stop takes ANSWER_SECONDS + TERMINATE_SECONDS
@@ -202,6 +203,12 @@ class LocalJob(Job):
 
 class LocalBackend(Backend):
     name = "local"
+    drill_faults = FAULTS_HERE
+
+    def inject_fault(self, fault, job_id, run_dir, rank, processes_per_node):
+        """On this machine: the rank signalled, or SIGUSR2 to `jaxlaunch run` (the supervisor)."""
+        inject_here(fault, Path(run_dir), rank, RunDirectory(run_dir).status().supervisor_pid)
+        return None
 
     def plan(self, spec_or_sweep, run_dir=None, max_parallel: int | None = None):
         """The mpirun command and environment (a sweep: its configurations and directory)."""

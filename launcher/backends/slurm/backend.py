@@ -20,6 +20,7 @@ from .submission import submit_job
 from ...spec import JobSpec
 from ...states import CANCEL_EVENT, JobState
 from ..base import Backend, Job
+from ..faults import HERE as FAULTS_HERE
 
 MIN_REFRESH, MAX_REFRESH, BACKOFF = 1.0, 10.0, 1.5
 # A running job whose supervisor keeps status.json fresh: Slurm is asked this seldom (issue 45's
@@ -274,6 +275,7 @@ class SlurmBackend(Backend):
     name = "slurm"
     id_name = "a Slurm job id"
     id_example = "a number, e.g. 12345, or 123_4 for an array task"
+    drill_faults = (*FAULTS_HERE, "node")  # slurm/faults.py: as Slurm delivers them, and a node set DOWN
 
     def __init__(self, watcher: SlurmWatcher | None = None):
         self.watcher = watcher or WATCHER

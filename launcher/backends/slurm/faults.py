@@ -13,17 +13,16 @@ import sys
 from pathlib import Path
 
 from ...errors import SchedulerError
+from ..faults import FaultNotInjected
 from ...rundir import RunDirectory
 from . import scheduler
-
-
-class FaultNotInjected(Exception):
-    """Why a fault could not be injected (the drill scores the trial with it)."""
 
 
 def inject(fault: str, job_id: str, run_dir: Path, rank: int, processes_per_node: int) -> str | None:
     """Inject `fault` into job `job_id`; the node set DOWN (to resume after the trial), else None.
     FaultNotInjected says why it could not be."""
+    if not job_id:
+        raise FaultNotInjected("the job's Slurm id is not in its status.json")
     if fault == "preempt":  # what Slurm's --signal=B:USR2@... warning does
         try:
             scheduler.call_slurm(["scancel", "--batch", "--signal=USR2", job_id])
@@ -44,7 +43,7 @@ def inject(fault: str, job_id: str, run_dir: Path, rank: int, processes_per_node
     try:  # the step may end non-zero (the job's own srun reacting): what counts is who signalled
         said, errors = scheduler.call_slurm(
             ["srun", f"--jobid={job_id}", "--overlap", "--mpi=none", "--ntasks-per-node=1", "--kill-on-bad-exit=0",
-             sys.executable, "-m", "launcher.drill", "signal", str(run_dir), str(rank), str(int(signum))],
+             sys.executable, "-m", "launcher.backends.faults", "signal", str(run_dir), str(rank), str(int(signum))],
             timeout=120), ""
     except SchedulerError as exc:
         said, errors = exc.stdout or "", exc.stderr or ""

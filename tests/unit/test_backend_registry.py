@@ -1,0 +1,57 @@
+"""Backends come from a registry (launcher/backends/__init__.py): jaxlaunch's two, the entry-point group
+`jaxlaunch.backends`, then JAXLAUNCH_BACKENDS; every backend choice of the command line reads it."""
+
+import pytest
+from click.testing import CliRunner
+
+from launcher import backends
+from launcher.cli import main
+from launcher.errors import UsageError
+
+
+def test_the_built_in_two_come_first_and_the_environment_adds_others(monkeypatch):
+    monkeypatch.setattr(backends, "_installed", lambda: (("local", "elsewhere:Other"), ("k8s", "k8s_backend:K8s")))
+    monkeypatch.setenv("JAXLAUNCH_BACKENDS", "fake=fake_scheduler:FakeBackend, broken, =x:y,slurm=evil:Slurm")
+    assert backends.registry() == {"local": "launcher.backends.local:LocalBackend",
+                                   "slurm": "launcher.backends.slurm:SlurmBackend",
+                                   "k8s": "k8s_backend:K8s", "fake": "fake_scheduler:FakeBackend"}
+    # a name given twice keeps its first target: an entry point cannot take over `local`
+
+
+def test_the_installed_entry_points_name_jaxlaunchs_own_two():
+    """pyproject.toml declares them (a checkout installed with pip -e: make setup)."""
+    installed = dict(backends._installed())
+    assert installed.get("local", backends.BUILT_IN["local"]) == backends.BUILT_IN["local"]
+    assert installed.get("slurm", backends.BUILT_IN["slurm"]) == backends.BUILT_IN["slurm"]
+
+
+def test_an_unknown_backend_names_the_registry(monkeypatch):
+    monkeypatch.delenv("JAXLAUNCH_BACKENDS", raising=False)
+    with pytest.raises(UsageError, match="unknown backend 'k8s'; jaxlaunch has local, slurm .*jaxlaunch.backends"):
+        backends.get_backend("k8s")
+
+
+@pytest.mark.parametrize("argv", [["submit", "job.yaml", "--backend", "k8s"], ["explain", "job.yaml", "--target", "k8s"],
+                                  ["drill", "job.yaml", "--target", "k8s"], ["render", "job.yaml", "--target", "k8s"]])
+def test_every_backend_choice_of_the_command_line_reads_the_registry(argv, monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "job.yaml").write_text("name: x\nentrypoint: m:f\n")
+    monkeypatch.delenv("JAXLAUNCH_BACKENDS", raising=False)
+    refused = CliRunner().invoke(main, argv)
+    assert refused.exit_code == 2 and "'k8s': choose from local, slurm" in refused.output, refused.output
+    monkeypatch.setenv("JAXLAUNCH_BACKENDS", "k8s=no_such_module:K8s")  # registered: parsing takes it
+    taken = CliRunner().invoke(main, argv)
+    assert "choose from" not in taken.output
+    if argv[0] in ("submit", "drill", "render"):  # these load the backend before anything else
+        assert taken.exit_code == 2 and "backend 'k8s' (no_such_module:K8s) cannot be loaded: No module named " \
+            "'no_such_module'" in taken.output, taken.output
+
+
+def test_importing_the_registry_does_not_import_the_seam():
+    """The CLI reads names and defaults when it starts: base.py's imports would cost every command."""
+    import subprocess
+    import sys
+
+    code = "import sys, launcher.cli; print('launcher.backends.base' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True).stdout.strip() == "False"
