@@ -57,6 +57,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .backends import RUN_DEFAULT
+from .states import JobState
 
 # Which faults a target offers is its backend's (Backend.drill_faults); `repeat` takes two hang limits,
 # so it runs only when asked for by name.
@@ -399,7 +400,7 @@ class Drill:
         ends = [e for e in events if e["event"] == "attempt_ended"]
         stopped = next((e for e in events if e["event"] == "governor" and e.get("decision") == "stopped"), None)
         trial.faulted_state = ends[0].get("state") if ends else None
-        trial.detected = bool(ends) and trial.faulted_state not in (None, "COMPLETED")
+        trial.detected = bool(ends) and trial.faulted_state not in (None, JobState.COMPLETED)
         if trial.detected:
             trial.detect_seconds = round(ends[0]["time"] - trial.injected_at, 2)
         elif not trial.timed_out:
@@ -429,7 +430,7 @@ class Drill:
             trial.why.insert(0, f"the {trial.fault} was not detected")
         elif trial.fault == "preempt":
             stopped = next((e for e in after if e["event"] == "stopped"), None)
-            trial.detected = stopped is not None and trial.faulted_state == "PREEMPTED"
+            trial.detected = stopped is not None and trial.faulted_state == JobState.PREEMPTED
             if stopped is not None:
                 trial.detect_seconds = round(stopped["time"] - trial.injected_at, 2)
             if not trial.detected:
@@ -438,7 +439,7 @@ class Drill:
                        else "does it call ctx.should_stop() and return when it is True?")
                 trial.why.append(f"the job did not checkpoint and stop on the preemption notice ({fix})")
         else:
-            trial.detected = ended is not None and trial.faulted_state not in (None, "COMPLETED")
+            trial.detected = ended is not None and trial.faulted_state not in (None, JobState.COMPLETED)
             if trial.detected:
                 trial.detect_seconds = round(ended["time"] - trial.injected_at, 2)
             else:
@@ -446,7 +447,7 @@ class Drill:
                                  f"{trial.faulted_state or 'never'}")
         trial.final_state = _status(run_dir).get("state")
         trial.attempts = sum(1 for e in events if e["event"] == "attempt_ended")
-        if trial.final_state != "COMPLETED" and not trial.timed_out:
+        if trial.final_state != JobState.COMPLETED and not trial.timed_out:
             trial.why.append(f"the job ended {trial.final_state}, not COMPLETED")
         stopped = next((e for e in after if e["event"] == "governor" and e.get("decision") == "stopped"), None)
         if stopped is not None:  # a one-off fault taken for the program's own: the governor was wrong
@@ -469,7 +470,7 @@ class Drill:
             elif trial.steps_lost > interval:
                 trial.why.append(f"{trial.steps_lost} steps computed again, more than its checkpoint interval "
                                  f"({interval} steps)")
-        if trial.final_state == "COMPLETED":
+        if trial.final_state == JobState.COMPLETED:
             from .rundir import RunDirectory
 
             has = [RunDirectory(Path(d)).result_file.exists() for d in (self.clean["run_dir"], run_dir)]
@@ -558,7 +559,7 @@ def _run_drill(drill: Drill, folder: Path, num_processes: int, target: str, echo
 
     echo(f"drill: the clean run ({folder / 'clean'})")
     drill.run_clean()
-    if drill.clean["state"] != "COMPLETED":
+    if drill.clean["state"] != JobState.COMPLETED:
         echo(f"drill: the clean run ended {drill.clean['state']} (exit code {drill.clean['exit_code']}): fix the "
              f"job first; its output is in {folder / 'clean.log'}")
         atomic_write_json(folder / "drill.json", drill.report())
@@ -572,5 +573,5 @@ def _run_drill(drill: Drill, folder: Path, num_processes: int, target: str, echo
     atomic_write_json(folder / "drill.json", drill.report())
     echo(drill.scorecard())
     passed = all(t.passed for t in drill.trials)
-    echo(f"drill: {'every fault passed' if passed else 'FAILED'}; details: {folder / 'drill.json'}")
+    echo(f"drill: {'every fault passed' if passed else 'FAILED'}; details: {folder / 'drill.json'}")  # not a state
     return passed

@@ -6,6 +6,7 @@ never a rank)."""
 from __future__ import annotations
 
 import time
+from .states import JobState
 
 SPARK = "▁▂▃▄▅▆▇█"
 HISTORY = 40
@@ -27,7 +28,7 @@ def render(job, state, progress, history: list[dict]):
     from rich.text import Text
 
     header = Text(f"{job.backend} job {job.id}  ", style="bold")
-    header.append(str(state), style="green" if str(state) in ("RUNNING", "COMPLETED") else "yellow")
+    header.append(str(state), style="green" if str(state) in (JobState.RUNNING, JobState.COMPLETED) else "yellow")
     if job.run_dir is not None:
         header.append(f"  {job.run_dir}", style="dim")
     parts = [header]

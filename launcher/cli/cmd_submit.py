@@ -8,6 +8,7 @@ import click
 
 from ..backends import SUBMIT_DEFAULT
 from .options import BackendName, ProgramCommand, is_sweep, job_or_sweep, print_results_table, progress, spec_options, sweep_options, user_errors
+from ..states import JobState
 
 
 
@@ -44,7 +45,7 @@ def submit(spec, overrides, program_args, sweeps, max_parallel, run_dir, dry_run
             from ..job_tables import wait_for
             from ..supervisor import result_text
 
-            if wait_for(handle, progress) == "COMPLETED" and result_text(handle.run) is not None:
+            if wait_for(handle, progress) == JobState.COMPLETED and result_text(handle.run) is not None:
                 click.echo(result_text(handle.run))
             sys.exit(handle.exit_code())
 
@@ -59,4 +60,4 @@ def _submit_sweep(backend, sweep, max_parallel, run_dir, wait, parsable, no_chec
     if wait:
         states = backend.wait_for_sweep(directory, echo=progress)
         print_results_table(directory.path)
-        sys.exit(0 if all(t.state == "COMPLETED" for t in states) else 1)
+        sys.exit(0 if all(t.state == JobState.COMPLETED for t in states) else 1)

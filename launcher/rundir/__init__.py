@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import UsageError
-from ..states import FINAL_STATES, StatusRecord  # noqa: F401  (FINAL_STATES: re-exported)
+from ..states import FINAL_STATES, JobState, StatusRecord  # noqa: F401  (FINAL_STATES: re-exported)
 from . import names
 from .jsonl import read_jsonl
 
@@ -238,7 +238,7 @@ class RunDirectory:
 
     def _submit_failed(self) -> bool:
         try:
-            return self.read_status().get("state") == "SUBMIT_FAILED"
+            return self.read_status().get("state") == JobState.SUBMIT_FAILED
         except (OSError, ValueError):
             return False
 

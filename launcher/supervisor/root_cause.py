@@ -18,6 +18,7 @@ import signal as signals
 import time
 
 from . import rollcall
+from ..states import JobState
 
 # What the launchers print, whitespace-normalised (prterun wraps its lines).
 _PRTE_SIGNAL = re.compile(r"process rank (\d+) with PID \d+ on node (\S+) exited on signal (\d+)")
@@ -220,7 +221,7 @@ HANG_REASONS = ("hang", "timeout", "collective_timeout")
 def scheduler_failure(*, reason: str, summary: str, attempt: int, fix: str) -> dict:
     """The failure.json document of a job the scheduler's accounting ended (no rank failed), in
     the same schema as build_failure's."""
-    return {"state": "FAILED", "reason": reason, "summary": summary, "attempt": attempt, "time": time.time(),
+    return {"state": JobState.FAILED.value, "reason": reason, "summary": summary, "attempt": attempt, "time": time.time(),
             "first_failure": None, "failed_ranks": [], "torn_down_ranks": [],
             "launcher": {"exit_code": None, "messages": []}, "fix": fix}
 

@@ -70,7 +70,7 @@ NO_RESTART = ("timeout", "cancelled")  # the job's time is spent, or the user as
 
 @dataclass
 class Outcome:
-    state: str
+    state: JobState
     exit_code: int
     failure: dict | None
     attempts: int               # attempts this run directory has seen (ctx.attempt + 1 of the last)
@@ -200,7 +200,7 @@ class Supervisor:
         reason = None if failure is None else failure["summary"]
         self.run.update_status(state=state.value, exit_code=exit_code, ended=time.time(), reason=reason)
         self.allocation.finish(self.run, state, self.requeue_cause, self.echo)
-        return Outcome(state.value, exit_code, failure, attempt + 1, restarts=max(0, attempt - first - swaps))
+        return Outcome(state, exit_code, failure, attempt + 1, restarts=max(0, attempt - first - swaps))
 
     # --- a failure that repeats (governor.py) --------------------------------------------------
 
@@ -262,7 +262,7 @@ class Supervisor:
             self._archive_attempt(attempts - 1)
         failure = self.allocation.requeues_spent(self.run, self.spec, attempts, self.echo)
         if failure is not None:  # requeued too often: end before starting anything
-            return Outcome(JobState.FAILED.value, EXIT_FAILED, failure, attempts, restarts=0)
+            return Outcome(JobState.FAILED, EXIT_FAILED, failure, attempts, restarts=0)
         if attempts:
             self.run.log_event("resumed", attempt=attempts, restart_count=self.allocation.restart_count())
         return attempts

@@ -22,6 +22,7 @@ import numpy as np
 from ..rundir.results import load_result
 from ..rundir import RunDirectory, atomic_write_bytes
 from .directory import SweepDirectory
+from ..states import JobState
 
 MAX_STRING = 40          # longer strings (paths, messages) would make the table unreadable
 RESULT_COLUMN = "result"  # the column of a result that is a scalar rather than a dict
@@ -101,9 +102,9 @@ def collect(sweep_dir) -> SweepTable:
         run = RunDirectory(sweep_dir / str(task.get("folder") or f"task-{index:03d}"))
         try:
             status = run.read_status()
-            state = str(status.get("state") or "PENDING")
+            state = str(status.get("state") or JobState.PENDING.value)
         except (OSError, ValueError) as exc:
-            status, state = {}, "UNKNOWN"
+            status, state = {}, JobState.UNKNOWN.value
             warnings.append(f"task {index}: {run.status_file} cannot be read ({exc})")
         values = task.get("values") or {}
         row = {"task": index, **{key: values.get(key) for key in keys}, "state": state, "seconds": _seconds(status)}

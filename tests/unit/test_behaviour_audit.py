@@ -88,9 +88,10 @@ def test_make_test_and_ci_run_the_mpi_tier_under_mpirun_with_two_processes():
                   f"the collective tests then only ever run at one process")
 
 
-@pytest.mark.parametrize("target", ["test", "test-parallel"])
+@pytest.mark.parametrize("target", ["test", "test-sequential"])
 def test_make_test_runs_every_tier(target):
-    """`make test` runs every tier; so does `make test-parallel`, which starts them in its recipe."""
+    """`make test` runs every tier (it starts them in its recipe, the Slurm tier beside the others); so
+    does `make test-sequential`, one after the other."""
     reached = reached_from(makefile_rules((ROOT / "Makefile").read_text()), target)
     assert {"test-unit", "test-e2e", "test-slurm", "test-mpi", "docs"} <= set(reached), reached
 

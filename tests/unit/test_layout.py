@@ -312,3 +312,52 @@ def test_only_the_staged_path_and_the_transport_touch_jax_internals():
     found = mentions_of_jax_internals()
     assert not found, ("JAX internals (jax._src) outside launcher/rank/collectives/staged.py and transport.py: "
                        + ", ".join(found))
+
+
+# --- states are JobState members, not their spelling -------------------------------------------------
+# A state written as a bare string ("COMPLETED") outside launcher/states.py is a typo waiting to happen
+# and a state no reader can find. Allowed: a docstring; the keys of a dict literal (a table from another
+# system's words, as Slurm's in backends/slurm/scheduler.py); a line that says `# Slurm's word` or
+# `# not a state` (the drill's verdict, FAILED).
+
+ALLOWED_WORDS = ("# Slurm's word", "# not a state")
+
+
+def bare_states(sources: dict[str, str]) -> list[str]:
+    """'module:line "STATE"' for each string constant spelling a JobState outside launcher.states."""
+    from launcher.states import JobState
+
+    names = {state.value for state in JobState}
+    found = []
+    for module, source in sorted(sources.items()):
+        if module == "launcher.states":
+            continue
+        tree = ast.parse(source)
+        lines = source.splitlines()
+        skip = set()
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.body \
+                    and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant):
+                skip.add(id(node.body[0].value))  # a docstring
+            if isinstance(node, ast.Dict):
+                skip.update(id(key) for key in node.keys if key is not None)
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in names
+                    and id(node) not in skip and not any(word in lines[node.lineno - 1] for word in ALLOWED_WORDS)):
+                found.append(f"{module}:{node.lineno} {node.value!r}")
+    return found
+
+
+def test_the_state_checker_finds_a_bare_state():
+    planted = {
+        "launcher.a": 'def f(status):\n    """Ends COMPLETED."""\n    return status.state == "COMPLETED"\n',
+        "launcher.b": 'TABLE = {"RUNNING": 1}\nWORD = "RUNNING"  # Slurm\'s word\nTEXT = "the job ended FAILED"\n',
+        "launcher.c": 'from launcher.states import JobState\nx = {"state": "FAILED"}\n',
+        "launcher.states": 'X = "FAILED"\n',
+    }
+    assert bare_states(planted) == ["launcher.a:3 'COMPLETED'", "launcher.c:2 'FAILED'"]
+
+
+def test_no_bare_state_outside_the_module_that_defines_them():
+    sources = {name: path.read_text() for name, path in modules().items()}
+    assert bare_states(sources) == [], "use launcher.states.JobState"

@@ -13,6 +13,7 @@ import sys
 import time
 
 from ...sweeps.directory import SweepDirectory
+from ...states import JobState
 
 TASK_PROGRAM = ["-m", "launcher.backends.local.background"]
 POLL_SECONDS = 0.2
@@ -47,12 +48,12 @@ def run_sweep_locally(directory: SweepDirectory, max_parallel: int, echo=print) 
                 del running[index]
                 status = run.status()
                 # a supervisor that died without a word (kill -9) left no final state
-                state = status.state.value if status.state.final else "FAILED"
+                state = status.state.value if status.state.final else JobState.FAILED.value
                 finished[state] = finished.get(state, 0) + 1
                 label = ", ".join(f"{k}={v!r}" for k, v in task["values"].items())
                 echo(f"jaxlaunch: [{sum(finished.values())}/{total}] {task['folder']} ({label}): {state} "
                      f"in {time.monotonic() - started:.1f} s")
-                if state != "COMPLETED":
+                if state != JobState.COMPLETED:
                     echo(f"  {status.reason or 'no reason recorded'}\n  output: {run.output_log}")
             time.sleep(POLL_SECONDS)
     except KeyboardInterrupt:
@@ -75,7 +76,7 @@ def run_sweep_locally(directory: SweepDirectory, max_parallel: int, echo=print) 
          f"(of {total}); results: jaxlaunch results {directory.path}")
     if interrupted:
         return 130
-    return 0 if finished.get("COMPLETED", 0) == total else 1
+    return 0 if finished.get(JobState.COMPLETED.value, 0) == total else 1
 
 
 if __name__ == "__main__":  # `python -m launcher.backends.local.array SWEEP_DIR MAX_PARALLEL`: Executor.map's local runs

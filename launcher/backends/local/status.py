@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from ...states import JobState
 
 HEADERS = ["LOCAL RUN", "STATE", "DURATION", "RESULT"]
 
@@ -29,7 +30,7 @@ def local_run_row(job) -> list[str]:
     except (OSError, ValueError):
         failure = job.failure()
         summary = failure["summary"] if failure else ""
-        if not summary and status.state == "COMPLETED":  # a script or module: no value, its exit code
+        if not summary and status.state == JobState.COMPLETED:  # a script or module: no value, its exit code
             summary = "every rank exited 0; no result (a script or module)"
     return [shown_path(job.run_dir), str(job.state()), "" if seconds is None else f"{seconds:.1f} s",
             summary if len(summary) <= 60 else summary[:57] + "..."]

@@ -23,6 +23,7 @@ from .render import ARRAY_OUTPUT, SCRIPT_NAME, render_array_script, sbatch_direc
 from ...spec import JobSpec
 from ...sweeps.directory import SweepDirectory, task_folder
 from ...sweeps.plan import Sweep
+from ...states import JobState
 
 
 
@@ -98,7 +99,7 @@ def submit_sweep(sweep: Sweep, directory: SweepDirectory, max_parallel: int | No
             array_id = scheduler.submit(str(script))
         except SchedulerError as exc:
             for index in plan.indices:
-                by_index[index][1].update_status(state="SUBMIT_FAILED", backend="slurm", error=str(exc),
+                by_index[index][1].update_status(state=JobState.SUBMIT_FAILED.value, backend="slurm", error=str(exc),
                                                  ended=time.time())
             directory.update(arrays=submitted)
             raise
@@ -106,7 +107,7 @@ def submit_sweep(sweep: Sweep, directory: SweepDirectory, max_parallel: int | No
             task, run = by_index[index]
             job_id = f"{array_id}_{position}"
             task["job_id"] = job_id
-            run.update_status(state="SUBMITTED", backend="slurm", job_id=job_id, script=str(run.path / SCRIPT_NAME),
+            run.update_status(state=JobState.SUBMITTED.value, backend="slurm", job_id=job_id, script=str(run.path / SCRIPT_NAME),
                               log=str(directory.logs / ARRAY_OUTPUT.replace("%A", array_id).replace("%a", str(position))),
                               submitted=time.time())
             job_index.record_job(job_id, run.path)

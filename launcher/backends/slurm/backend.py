@@ -210,7 +210,7 @@ class SlurmJob(Job):
             # Before any signal: the supervisor reads it to tell this SIGTERM from a preemption's.
             run.log_event(CANCEL_EVENT, by="jaxlaunch cancel")
         supervised = [run for run in runs if run.status().state == JobState.RUNNING]
-        if supervised and info.state == "RUNNING":
+        if supervised and info.state == JobState.RUNNING:
             try:
                 scheduler.call_slurm(["scancel", "--batch", "--signal=TERM", self.id])
             except SchedulerError:

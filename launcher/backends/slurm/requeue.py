@@ -60,8 +60,8 @@ def cancelled_by_slurm(record: dict) -> bool:
     COMPLETING with Reason=TimeLimit; a preemption RUNNING with PreemptTime set, then PENDING once
     Slurm has requeued it."""
     state = record.get("JobState", "").split("+")[0]
-    return (state in ("COMPLETING", "CANCELLED") and record.get("Reason", "None") in ("None", "")
-            and not preempted_by_slurm(record))
+    ending = state in ("COMPLETING", "CANCELLED")  # Slurm's word
+    return ending and record.get("Reason", "None") in ("None", "") and not preempted_by_slurm(record)
 
 
 def seconds_left(record: dict, now: float | None = None) -> float | None:

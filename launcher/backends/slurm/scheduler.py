@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...errors import SchedulerError
+from ...states import JobState
 
 COMMAND_TIMEOUT = 60
 
@@ -71,23 +72,23 @@ def _unreachable(argv: list[str], returncode: int, stderr: str) -> SlurmUnreacha
 
 # Slurm state -> (our state, finished?). One table, used by status, --wait and logs -f.
 STATES = {
-    "PENDING": ("PENDING", False), "CONFIGURING": ("PENDING", False), "REQUEUED": ("PENDING", False),
-    "REQUEUE_HOLD": ("PENDING", False), "REQUEUE_FED": ("PENDING", False), "RESV_DEL_HOLD": ("PENDING", False),
-    "RUNNING": ("RUNNING", False), "COMPLETING": ("RUNNING", False), "SUSPENDED": ("SUSPENDED", False),
-    "STOPPED": ("SUSPENDED", False), "SIGNALING": ("RUNNING", False), "STAGE_OUT": ("RUNNING", False),
-    "RESIZING": ("RUNNING", False),
-    "COMPLETED": ("COMPLETED", True),
-    "FAILED": ("FAILED", True), "NODE_FAIL": ("FAILED", True), "BOOT_FAIL": ("FAILED", True),
-    "OUT_OF_MEMORY": ("OUT_OF_MEMORY", True), "SPECIAL_EXIT": ("FAILED", True),
-    "CANCELLED": ("CANCELLED", True), "REVOKED": ("CANCELLED", True), "DEADLINE": ("TIMEOUT", True),
-    "TIMEOUT": ("TIMEOUT", True), "PREEMPTED": ("PREEMPTED", True),
+    "PENDING": (JobState.PENDING, False), "CONFIGURING": (JobState.PENDING, False), "REQUEUED": (JobState.PENDING, False),
+    "REQUEUE_HOLD": (JobState.PENDING, False), "REQUEUE_FED": (JobState.PENDING, False), "RESV_DEL_HOLD": (JobState.PENDING, False),
+    "RUNNING": (JobState.RUNNING, False), "COMPLETING": (JobState.RUNNING, False), "SUSPENDED": (JobState.SUSPENDED, False),
+    "STOPPED": (JobState.SUSPENDED, False), "SIGNALING": (JobState.RUNNING, False), "STAGE_OUT": (JobState.RUNNING, False),
+    "RESIZING": (JobState.RUNNING, False),
+    "COMPLETED": (JobState.COMPLETED, True),
+    "FAILED": (JobState.FAILED, True), "NODE_FAIL": (JobState.FAILED, True), "BOOT_FAIL": (JobState.FAILED, True),
+    "OUT_OF_MEMORY": (JobState.OUT_OF_MEMORY, True), "SPECIAL_EXIT": (JobState.FAILED, True),
+    "CANCELLED": (JobState.CANCELLED, True), "REVOKED": (JobState.CANCELLED, True), "DEADLINE": (JobState.TIMEOUT, True),
+    "TIMEOUT": (JobState.TIMEOUT, True), "PREEMPTED": (JobState.PREEMPTED, True),
 }
 
 
 def translate_state(slurm_state: str) -> tuple[str, bool]:
     """(our state, finished) for a Slurm state such as 'CANCELLED by 0' or 'RUNNING+'."""
     word = re.split(r"[\s+]", slurm_state.strip(), maxsplit=1)[0].upper()
-    return STATES.get(word, (word or "UNKNOWN", False))
+    return STATES.get(word, (word or JobState.UNKNOWN.value, False))  # an unknown word is shown as Slurm said it
 
 
 def call_slurm(argv: list[str], timeout: float = COMMAND_TIMEOUT, hint: str = "") -> str:
@@ -137,7 +138,7 @@ class JobInfo:
 
     def describe_state(self) -> str:
         """'PENDING (Resources)': the state, with squeue's reason while the job waits."""
-        if self.state == "PENDING" and self.reason and self.reason != "None":
+        if self.state == JobState.PENDING and self.reason and self.reason != "None":
             return f"{self.state} ({self.reason})"
         return self.state
 

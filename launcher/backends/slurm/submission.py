@@ -19,6 +19,7 @@ from ...rundir import RunDirectory
 from ...spec import JobSpec
 from . import index, scheduler
 from .render import SCRIPT_NAME, render_batch_script
+from ...states import JobState
 
 
 class BatchPlan(Plan):
@@ -116,9 +117,9 @@ def submit_job(spec: JobSpec, run: RunDirectory, plan: BatchPlan | None = None, 
     try:
         job_id = scheduler.submit(str(script))
     except SchedulerError as exc:
-        run.update_status(state="SUBMIT_FAILED", backend="slurm", error=str(exc), ended=time.time())
+        run.update_status(state=JobState.SUBMIT_FAILED.value, backend="slurm", error=str(exc), ended=time.time())
         raise
-    run.update_status(state="SUBMITTED", backend="slurm", job_id=job_id, script=str(script),
+    run.update_status(state=JobState.SUBMITTED.value, backend="slurm", job_id=job_id, script=str(script),
                       submitted=time.time())
     index.record_job(job_id, run.path)
     return job_id
