@@ -59,6 +59,33 @@ class JobState(str, Enum):
             return cls.UNKNOWN
 
 
+class Cause(str, Enum):
+    """Why an attempt ended, when it did not complete: failure.json's `reason`, the supervisor's stop,
+    the governor's classes (supervisor/governor.py) and the causes of requeues and spare swaps. Like
+    JobState, it compares equal to its word ("hang"), so the records stay plain JSON."""
+
+    EXCEPTION = "exception"                # the program's own: an exception,
+    EXIT = "exit"                          # a non-zero exit,
+    HANG = "hang"                          # a hang the watchdog stopped
+    COLLECTIVE_TIMEOUT = "collective_timeout"  # a launcher collective waited past collective_timeout
+    LEFT_EARLY = "left_early"              # a rank left its entrypoint while others waited in a collective
+    FAILED = "failed"                      # a rank failed, kind unknown
+    TIMEOUT = "timeout"                    # the spec's timeout, or the scheduler's time limit
+    CANCELLED = "cancelled"                # a person (or a signal from outside) stopped it
+    PREEMPTION = "preemption"              # the machine's: a preemption notice,
+    NODE_FAILURE = "node_failure"          # a node lost,
+    HEALTH_CHECK = "health_check"          # a node failed slurm.health_check
+    REQUEUE_LIMIT = "requeue_limit"        # slurm.max_requeues spent
+
+    def __str__(self) -> str:
+        return self.value
+
+
+# What a node did, for "node(s) ... (node2: ...)" lines of a requeue or spare swap.
+NODE_CAUSE_WORDS = {Cause.HEALTH_CHECK: "failed the health check", Cause.HANG: "held the job up in a hang",
+                    Cause.NODE_FAILURE: "failed under the job"}
+
+
 _FINAL = frozenset({JobState.COMPLETED, JobState.FAILED, JobState.TIMEOUT, JobState.CANCELLED,
                     JobState.OUT_OF_MEMORY, JobState.PREEMPTED, JobState.SUBMIT_FAILED})
 _EXIT_CODES = {JobState.COMPLETED: EXIT_COMPLETED, JobState.REQUEUED: EXIT_COMPLETED,

@@ -22,6 +22,7 @@ from ..channel import (HELLO_BYTES, HELLO_SECONDS, MAX_LINE, NUMBER, RANK_KINDS,
 from ..environment import CONTROL_ENV, CONTROL_TOKEN_ENV
 from ..rundir import RunDirectory, atomic_write_json
 from ..rundir import metrics
+from ..states import Cause
 from ..stragglers import Stragglers
 
 ACCEPT_BACKOFF = (0.05, 1.0)  # accept() failing (EMFILE...): stop listening this long, doubling up to the max
@@ -40,7 +41,7 @@ def left_early(waiting: list[dict], done: list[dict]) -> AbortRequest | None:
         return None
     wait = min(late, key=lambda w: w["since"])
     return AbortRequest(
-        wait["rank"], wait.get("host", ""), "left_early",
+        wait["rank"], wait.get("host", ""), Cause.LEFT_EARLY,
         f"rank {peer['rank']} left main after {peer['collectives']} collectives, while rank {wait['rank']} "
         f"waits in {wait['name']} #{wait['seq']}", time.time(),
         collective={"seq": wait["seq"], "name": wait["name"], "seconds": round(time.time() - wait["since"], 3)},

@@ -19,19 +19,20 @@ import re
 from dataclasses import asdict, dataclass
 
 from ..rundir import RunDirectory
+from ..states import Cause
 from ..rundir.metrics import read_lines
 
-PROGRAM_CAUSES = ("exception", "exit", "hang")
+PROGRAM_CAUSES = (Cause.EXCEPTION, Cause.EXIT, Cause.HANG)
 # How a stop of the supervisor's own maps to a cause (None: the launcher exited on its own).
-STOP_CAUSES = {"hang": "hang", "collective_timeout": "hang", "left_early": "exit", "timeout": "timeout",
-               "cancelled": "cancelled"}
+STOP_CAUSES = {Cause.HANG: Cause.HANG, Cause.COLLECTIVE_TIMEOUT: Cause.HANG, Cause.LEFT_EARLY: Cause.EXIT,
+               Cause.TIMEOUT: Cause.TIMEOUT, Cause.CANCELLED: Cause.CANCELLED}
 _FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
 
 
 @dataclass(frozen=True)
 class AttemptEnd:
     attempt: int
-    cause: str                # exception, exit, hang (the program's); node_failure, health_check, preemption,
+    cause: Cause              # exception, exit, hang (the program's); node_failure, health_check, preemption,
                               # cancelled, timeout, failed (the machine's, or not known)
     where: str | None = None  # "ValueError at train.py:40 in step", "rank 1 in read_batch at hangs.py:30"
     step: int | None = None   # the last step the attempt completed (last_step)
@@ -43,7 +44,7 @@ class AttemptEnd:
 
 
 def classify(attempt: int, failure: dict | None, stop_reason: str | None, run: RunDirectory, since: float,
-             machine_cause: str | None = None) -> AttemptEnd:
+             machine_cause: Cause | None = None) -> AttemptEnd:
     """How attempt `attempt` (started at `since`) ended. `machine_cause`: the allocation's word when
     it lost nodes (node_failure) or the health check failed."""
     step, checkpoint = last_step(run, since), newest_checkpoint(run)
@@ -52,7 +53,7 @@ def classify(attempt: int, failure: dict | None, stop_reason: str | None, run: R
     failure = failure or {}
     cause = STOP_CAUSES.get(stop_reason) if stop_reason else None
     where = None
-    if cause == "hang":
+    if cause == Cause.HANG:
         culprits = ((failure.get("hang") or {}).get("roll_call") or {}).get("culprits") or []
         where = "; ".join(f"rank {c.get('rank')} {c.get('where') or c.get('why') or ''}".strip()
                           for c in sorted(culprits, key=lambda c: c.get("rank", 0))) or None
@@ -61,8 +62,8 @@ def classify(attempt: int, failure: dict | None, stop_reason: str | None, run: R
         if isinstance(first.get("step"), int):
             step = first["step"]  # the failing rank's own last report: rank 0's may lag behind it
         kind = first.get("kind")
-        cause = "exit" if kind == "exit" or (first.get("source") == "launcher" and first.get("signal") is None
-                                             and first.get("exit_code")) else "exception" if kind else "failed"
+        cause = Cause.EXIT if kind == "exit" or (first.get("source") == "launcher" and first.get("signal") is None
+                                                 and first.get("exit_code")) else Cause.EXCEPTION if kind else Cause.FAILED
         where = _place_of(first)
     return AttemptEnd(attempt, cause, where=where, step=step, checkpoint=checkpoint)
 

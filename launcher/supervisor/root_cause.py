@@ -18,7 +18,7 @@ import signal as signals
 import time
 
 from . import rollcall
-from ..states import JobState
+from ..states import Cause, JobState
 
 # What the launchers print, whitespace-normalised (prterun wraps its lines).
 _PRTE_SIGNAL = re.compile(r"process rank (\d+) with PID \d+ on node (\S+) exited on signal (\d+)")
@@ -149,7 +149,7 @@ def build_failure(*, state: str, reason: str, num_processes: int, rank_errors: l
         failed[record["rank"]] = {**record, "source": "rank"}
     for request in abort_requests:
         culprit = request.get("culprit")
-        if request.get("reason") == "left_early" and culprit is not None and culprit not in failed:
+        if request.get("reason") == Cause.LEFT_EARLY and culprit is not None and culprit not in failed:
             failed[culprit] = {"rank": culprit, "host": None, "exit_code": 0, "signal": None,
                                "error": f"left main early: {request['message']}", "time": request["time"],
                                "source": "watchdog"}
@@ -192,7 +192,7 @@ def build_failure(*, state: str, reason: str, num_processes: int, rank_errors: l
     first = ordered[0] if ordered else None
     # A rank that had finished its entrypoint was not cut off by the teardown, only its MPI exit was.
     torn_down = sorted(set(range(num_processes)) - set(failed) - set(finished_ranks))
-    if first is not None and reason in ("failed", "left_early"):
+    if first is not None and reason in (Cause.FAILED, Cause.LEFT_EARLY):
         host = f" on {first['host']}" if first.get("host") else ""
         summary = f"rank {first['rank']}{host} failed first: {first.get('error') or 'see its log'}"
     else:
@@ -202,7 +202,7 @@ def build_failure(*, state: str, reason: str, num_processes: int, rank_errors: l
         "first_failure": first, "failed_ranks": ordered, "torn_down_ranks": torn_down,
         "launcher": {"exit_code": launcher_exit_code, "messages": list(launcher_tail)[-40:]},
     }
-    if rank_states or reason in (*HANG_REASONS, "cancelled"):
+    if rank_states or reason in (*HANG_REASONS, Cause.CANCELLED):
         document["hang"] = hang_report(num_processes, rank_states, abort_requests, finished_ranks)
         if reason in HANG_REASONS:
             roll = rollcall.roll_call(num_processes, rank_states, finished_ranks, started_ranks)
@@ -215,7 +215,7 @@ def build_failure(*, state: str, reason: str, num_processes: int, rank_errors: l
 
 
 # Stops for a hang: the roll-call names the rank that held the job up.
-HANG_REASONS = ("hang", "timeout", "collective_timeout")
+HANG_REASONS = (Cause.HANG, Cause.TIMEOUT, Cause.COLLECTIVE_TIMEOUT)
 
 
 def scheduler_failure(*, reason: str, summary: str, attempt: int, fix: str) -> dict:
@@ -232,7 +232,7 @@ def hang_report(num_processes: int, rank_states: list[dict], abort_requests: lis
     the watchdog fired on. A rank in `finished_ranks` had already left its entrypoint: the likely
     culprit when the others wait in MPI calls of the program's own, which the watchdog cannot see."""
     by_rank = {s["rank"]: s for s in rank_states}
-    watched = next((r["collective"] for r in abort_requests if r.get("reason") == "collective_timeout"), None)
+    watched = next((r["collective"] for r in abort_requests if r.get("reason") == Cause.COLLECTIVE_TIMEOUT), None)
     ranks = []
     for rank in range(num_processes):
         state = by_rank.get(rank)
@@ -297,14 +297,14 @@ def summary_lines(failure: dict, run_path=None) -> list[str]:
         torn = failure["torn_down_ranks"]
         lines.append(f"  stopped only because the job was torn down: rank{'s' if len(torn) > 1 else ''} "
                      f"{', '.join(map(str, torn))}")
-    cancelled = failure.get("reason") == "cancelled"
+    cancelled = failure.get("reason") == Cause.CANCELLED
     if "hang" in failure:
         lines += hang_lines(failure["hang"])
         if cancelled and not all(entry["answered"] for entry in failure["hang"]["ranks"]) and _on_slurm(run_path):
             lines.append("  (a plain scancel ends mpirun's ranks at once, before they can answer; "
                          "`jaxlaunch cancel` asks them for their stacks first)")
     first = failure.get("first_failure")
-    if run_path is not None and first is not None and failure.get("reason") in ("failed", "left_early"):
+    if run_path is not None and first is not None and failure.get("reason") in (Cause.FAILED, Cause.LEFT_EARLY):
         # The end of the failing rank's own log: often the line that explains the traceback.
         run = _run(run_path)
         text = run.rank_log_tail(first["rank"], size=64_000)

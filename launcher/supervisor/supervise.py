@@ -37,7 +37,7 @@ from ..rundir import RunDirectory, atomic_write_json
 from ..owner_key import owner_key
 from ..environment import ATTEMPT_ENV, OWNER_KEY_ENV
 from ..spec import JobSpec
-from ..states import CANCEL_EVENT, EXIT_COMPLETED, EXIT_FAILED, EXIT_PREEMPTED, EXIT_TIMEOUT, JobState
+from ..states import CANCEL_EVENT, EXIT_COMPLETED, EXIT_FAILED, EXIT_PREEMPTED, EXIT_TIMEOUT, Cause, JobState
 from .. import stragglers
 from .allocation import Allocation
 from . import governor, root_cause, rollcall
@@ -59,13 +59,13 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 
 NOTICE_SIGNAL = signal.SIGUSR2
 # Why the supervisor stopped a job -> the job's state.
-STOP_STATES = {"timeout": JobState.TIMEOUT, "collective_timeout": JobState.TIMEOUT, "hang": JobState.TIMEOUT,
-               "left_early": JobState.FAILED, "cancelled": JobState.CANCELLED}
+STOP_STATES = {Cause.TIMEOUT: JobState.TIMEOUT, Cause.COLLECTIVE_TIMEOUT: JobState.TIMEOUT, Cause.HANG: JobState.TIMEOUT,
+               Cause.LEFT_EARLY: JobState.FAILED, Cause.CANCELLED: JobState.CANCELLED}
 # A job that has not reported this long after its ranks started is told, once, that the hang
 # watchdog waits for its first ctx.report() (until then only timeout and collective_timeout apply).
 UNARMED_NOTE_SECONDS = 60.0
 STILL_WRITE_SECONDS = 5.0  # how often status.json learns how long each rank has stood still
-NO_RESTART = ("timeout", "cancelled")  # the job's time is spent, or the user asked to stop
+NO_RESTART = (Cause.TIMEOUT, Cause.CANCELLED)  # the job's time is spent, or the user asked to stop
 
 
 @dataclass
@@ -149,7 +149,7 @@ class Supervisor:
             attempt = first
             swaps = 0  # attempts started on spare nodes: not restarts (max_restarts)
             failing_check = self.allocation.failing_nodes(self.spec, self.run, self.echo)
-            if failing_check and self.allocation.swap_in_spares(failing_check, "health_check", attempt, self.run,
+            if failing_check and self.allocation.swap_in_spares(failing_check, Cause.HEALTH_CHECK, attempt, self.run,
                                                                 self.spec, self.echo):
                 failing_check = {}
             while not failing_check:
@@ -167,7 +167,7 @@ class Supervisor:
                         failure = self._governed(failure, why)
                         break
                 culprits = {} if lost else self._hang_culprit_nodes(stop_reason, failure)
-                bad, cause = (lost, "node_failure") if lost else (culprits, "hang")
+                bad, cause = (lost, Cause.NODE_FAILURE) if lost else (culprits, Cause.HANG)
                 # A spare node of the allocation takes the bad node's place: the next attempt starts
                 # at once, from the latest checkpoint, and counts against no restart budget.
                 if bad and self.allocation.swap_in_spares(bad, cause, attempt, self.run, self.spec, self.echo):
@@ -188,7 +188,7 @@ class Supervisor:
                 attempt += 1
             if failing_check:
                 attempt -= 1  # no attempt ran
-                state, failure = self._leave_nodes_behind(failing_check, "health_check", None, first)
+                state, failure = self._leave_nodes_behind(failing_check, Cause.HEALTH_CHECK, None, first)
         finally:
             self._restore_signal_handlers(previous)
         state = JobState.parse(state)
@@ -208,7 +208,7 @@ class Supervisor:
                           lost: dict) -> str | None:
         """Record how the attempt ended; why not to try again when it repeats the one before."""
         end = governor.classify(attempt, failure, stop_reason, self.run, started,
-                                machine_cause="node_failure" if lost else None)
+                                machine_cause=Cause.NODE_FAILURE if lost else None)
         previous = governor.previous_end(self.run, attempt)
         governor.record(self.run, end)
         if not self.spec.stop_repeated_failures:
@@ -241,7 +241,7 @@ class Supervisor:
         """{node: why} of the ranks the roll-call named after a hang, when the allocation can requeue
         the job without them (Slurm, with requeues left); else {} (a restart or the end, as before).
         Never every node of the job: then nobody is to blame."""
-        if stop_reason not in ("hang", "collective_timeout"):
+        if stop_reason not in (Cause.HANG, Cause.COLLECTIVE_TIMEOUT):
             return {}
         nodes = rollcall.culprit_nodes(((failure or {}).get("hang") or {}).get("roll_call"))
         every = {r["host"] for r in self.channel.started()} if self.channel else set()
@@ -468,9 +468,9 @@ class Supervisor:
 
     def _why_stop(self) -> tuple[str | None, str]:
         if self.stop_signal is not None:
-            return "cancelled", self._cancelled_by()
+            return Cause.CANCELLED, self._cancelled_by()
         if self.deadline is not None and time.monotonic() > self.deadline:
-            return "timeout", f"timed out after {self.spec.timeout} s (the spec's timeout)"
+            return Cause.TIMEOUT, f"timed out after {self.spec.timeout} s (the spec's timeout)"
         early = left_early(self.channel.waiting(), self.channel.done())
         if early is not None:  # a peer that left main is the cause, even past collective_timeout
             self.channel.note_abort(early)
@@ -481,7 +481,7 @@ class Supervisor:
             return first["reason"], first["message"]
         hung = self.watchdog.check()
         if hung is not None:
-            return "hang", hung
+            return Cause.HANG, hung
         self._note_unarmed_watchdog()
         return None, ""
 
@@ -533,8 +533,8 @@ class Supervisor:
         rank_errors = self.run.rank_error_records()
         finished = {d["rank"] for d in self.channel.done()}
         started = {r["rank"]: r["host"] for r in self.channel.started()}
-        reason = stop_reason or "failed"
-        if reason == "failed" and not reports and not rank_errors:
+        reason = stop_reason or Cause.FAILED
+        if reason == Cause.FAILED and not reports and not rank_errors:
             detail = (f"the launcher exited with code {returncode} and no rank reported an error"
                       if returncode else "the launcher exited without an error, but not every rank finished main "
                                          "or rank 0 wrote no result")

@@ -11,7 +11,7 @@ import time
 
 from ...errors import SchedulerError
 from ...rundir import atomic_write_json
-from ...states import JobState
+from ...states import NODE_CAUSE_WORDS, Cause, JobState
 from ...supervisor import root_cause
 from ...supervisor.allocation import Allocation
 from . import fit, nodes, requeue, scheduler, spares, srun
@@ -105,8 +105,7 @@ class SlurmAllocation(Allocation):
         run.update_status(replaced_nodes=left_out, spare_swaps=[*(status.spare_swaps or []), swap])
         run.log_event("nodes_replaced", **swap)
         left = len(spares.usable(allocated, left_out)) - spec.nodes
-        what = {"health_check": "failed the health check", "hang": "held the job up in a hang"}.get(
-            cause, "failed under the job")
+        what = NODE_CAUSE_WORDS.get(cause, NODE_CAUSE_WORDS[Cause.NODE_FAILURE])
         echo(f"jaxlaunch: node(s) {what} ({listing}); restarting the ranks inside this allocation on "
              f"{', '.join(swap['spares']) or 'the nodes left'} (spare), from the latest checkpoint, without a "
              f"requeue ({left} spare node{'' if left == 1 else 's'} left)")
@@ -148,8 +147,7 @@ class SlurmAllocation(Allocation):
         run.update_status(excluded_nodes=excluded)
         run.log_event("nodes_left_behind", cause=cause, nodes=bad)
         listing = "; ".join(f"{node}: {why}" for node, why in sorted(bad.items()))
-        what = {"health_check": "failed the health check", "hang": "held the job up in a hang"}.get(
-            cause, "failed under the job")
+        what = NODE_CAUSE_WORDS.get(cause, NODE_CAUSE_WORDS[Cause.NODE_FAILURE])
         if status.requeues >= spec.slurm.max_requeues:
             failure = root_cause.scheduler_failure(
                 reason=cause, attempt=attempt,
@@ -174,7 +172,7 @@ class SlurmAllocation(Allocation):
             return JobState.FAILED, failure
         if failure is not None and run.failure_file.exists():
             run.failure_file.rename(run.logs / run.failure_file.name)  # the attempt's, kept with its logs
-        counter = "hang_requeues" if cause == "hang" else "node_failures"
+        counter = "hang_requeues" if cause == Cause.HANG else "node_failures"
         run.update_status(requeues=status.requeues + 1, **{counter: getattr(status, counter) + 1})
         echo(f"jaxlaunch: node(s) {what} ({listing}); requeueing job {self.job_id} without them "
              f"(requeue {status.requeues + 1} of at most {spec.slurm.max_requeues}); it resumes from "

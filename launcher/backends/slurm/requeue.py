@@ -21,7 +21,7 @@ from ...rundir import RunDirectory, atomic_write_json
 from ...rank.checkpoints import Checkpoints
 from . import scheduler
 from ...spec import JobSpec
-from ...states import EXIT_FAILED, JobState
+from ...states import EXIT_FAILED, Cause, JobState
 from . import nodes
 from ...supervisor import root_cause
 
@@ -30,7 +30,7 @@ RESTART_COUNT_ENV = "SLURM_RESTART_COUNT"
 # How near the time limit a notice to the batch shell must come to count as the time-limit
 # warning (Slurm sends --signal up to 60 s early), rather than a preemption or a person.
 TIME_LIMIT_SLACK_SECONDS = 60
-CAUSES = ("preemption", "timeout")
+CAUSES = (Cause.PREEMPTION, Cause.TIMEOUT)
 
 
 def slurm_job_id(env=os.environ) -> str | None:
@@ -75,11 +75,11 @@ def seconds_left(record: dict, now: float | None = None) -> float | None:
 def classify(record: dict, sources: set[str], notice_seconds: int) -> str:
     """'preemption' or 'timeout' for a notice that came from `sources` (preemption.SOURCES names)."""
     if preempted_by_slurm(record) or "SIGTERM" in sources:
-        return "preemption"
+        return Cause.PREEMPTION
     left = seconds_left(record)
     if "supervisor" in sources and left is not None and left <= notice_seconds + TIME_LIMIT_SLACK_SECONDS:
-        return "timeout"
-    return "preemption"  # a person or a script sent the notice (scancel --signal=USR2)
+        return Cause.TIMEOUT
+    return Cause.PREEMPTION  # a person or a script sent the notice (scancel --signal=USR2)
 
 
 def requeue(job_id: str) -> str | None:
@@ -114,7 +114,7 @@ def count_requeues_slurm_made(run: RunDirectory, spec: JobSpec, attempts: int, e
         run.log_event("requeued_by_slurm", count=extra, restart_count=restarts)
         requeues = restarts
     if requeues > spec.slurm.max_requeues:
-        failure = limit_failure(run, spec, requeues, "preemption", attempts)
+        failure = limit_failure(run, spec, requeues, Cause.PREEMPTION, attempts)
         run.update_status(state=JobState.FAILED, exit_code=EXIT_FAILED, ended=time.time(), reason=failure["summary"])
         return failure
     if restarts:
@@ -133,9 +133,9 @@ def decide(run: RunDirectory, spec: JobSpec, job_id: str, sources: set[str], che
     if status.requeues >= spec.slurm.max_requeues:
         failure = limit_failure(run, spec, status.requeues, cause, (status.attempts or 1) - 1)
         return JobState.FAILED.value, failure, cause
-    counts = {"preemption": status.preemptions, "timeout": status.timeouts}
+    counts = {Cause.PREEMPTION: status.preemptions, Cause.TIMEOUT: status.timeouts}
     counts[cause] += 1
-    run.update_status(requeues=status.requeues + 1, preemptions=counts["preemption"], timeouts=counts["timeout"])
+    run.update_status(requeues=status.requeues + 1, preemptions=counts[Cause.PREEMPTION], timeouts=counts[Cause.TIMEOUT])
     how = "after stopping at an agreed step" if checkpointed else "after the job was ended without a stop"
     echo(f"jaxlaunch: {cause} notice ({', '.join(sorted(sources)) or 'Slurm'}); requeueing job {job_id} {how} "
          f"(requeue {status.requeues + 1} of at most {spec.slurm.max_requeues})")
@@ -178,7 +178,7 @@ def limit_failure(run: RunDirectory, spec: JobSpec, requeues: int, cause: str, a
              if latest is not None else "no checkpoint was written")
     summary = (f"{cause} notice after {requeues} requeue(s) ({status.preemptions} preemption(s), "
                f"{status.timeouts} time limit(s)): slurm.max_requeues={spec.slurm.max_requeues} is spent; {where}")
-    failure = root_cause.scheduler_failure(reason="requeue_limit", summary=summary, attempt=attempt,
+    failure = root_cause.scheduler_failure(reason=Cause.REQUEUE_LIMIT, summary=summary, attempt=attempt,
                                            fix="raise slurm.max_requeues, or a longer slurm.time, and resubmit")
     atomic_write_json(run.failure_file, failure)
     run.log_event("requeue_limit", requeues=requeues, cause=cause)
