@@ -1,4 +1,4 @@
-"""`jaxlaunch drill`: the job run clean, then once per fault, and scored (launcher/drill.py does it)."""
+"""`jaxlaunch drill`: the job run clean, then once per fault, and scored (launcher/drill/ does it)."""
 
 from __future__ import annotations
 

@@ -286,7 +286,7 @@ def test_an_attempt_ends_preempted_or_completed_by_its_entrypoints_kind():
     """A function's ranks stop together (all), a program's handler may act on any rank; a program
     completes without a result, a function needs rank 0's."""
     from launcher.spec import JobSpec
-    from launcher.supervisor.supervise import ended_well
+    from launcher.supervisor.attempt import ended_well
 
     program = JobSpec(name="x", entrypoint="train.py", processes_per_node=2)
     function = JobSpec(name="x", entrypoint="m:f", processes_per_node=2)

@@ -30,6 +30,7 @@ from launcher.supervisor import root_cause
 from launcher.supervisor.supervise import Outcome, Supervisor, describe_outcome, exit_code_for
 
 supervise = importlib.import_module("launcher.supervisor.supervise")  # the package exports a function by that name
+attempt = importlib.import_module("launcher.supervisor.attempt")  # one attempt: where its timings are read
 
 # Stands in for `mpirun ... bootstrap`: argv[1] says how the "ranks" behave this attempt. Each
 # fake rank speaks the real control protocol (launcher/channel.py) to the supervisor.
@@ -143,7 +144,7 @@ def fake_launcher(tmp_path_factory):
 @pytest.fixture(autouse=True)
 def quick_stops(monkeypatch):
     """The fake ranks never answer a stop request: do not wait the real 3 s for their stacks."""
-    monkeypatch.setattr(supervise, "ANSWER_SECONDS", 0.2)
+    monkeypatch.setattr(attempt, "ANSWER_SECONDS", 0.2)
 
 
 @pytest.fixture
@@ -229,7 +230,7 @@ def test_the_earliest_stop_request_is_the_reason(tmp_path):
 
 
 def test_a_launcher_that_hangs_after_reporting_a_dead_rank_is_ended(fake_launcher, tmp_path, monkeypatch):
-    monkeypatch.setattr(supervise, "LAUNCHER_EXIT_SECONDS", 0.5)
+    monkeypatch.setattr(attempt, "LAUNCHER_EXIT_SECONDS", 0.5)
     spec, run = make_run(tmp_path)
     started = time.monotonic()
     outcome = supervisor(fake_launcher, spec, run, "hang_after_a_rank_died").supervise()
@@ -243,7 +244,7 @@ def test_a_launcher_that_hangs_after_reporting_a_dead_rank_is_ended(fake_launche
 def test_a_launcher_that_hangs_after_its_ranks_died_in_mpi_init_is_ended(fake_launcher, tmp_path, monkeypatch):
     """prterun reports no dead rank in that case (its words are the ranks' own), and was seen to hang
     for good under load: 1 run in 7 of the pml=nonexistent test, which then ran into pytest's timeout."""
-    monkeypatch.setattr(supervise, "LAUNCHER_EXIT_SECONDS", 0.5)
+    monkeypatch.setattr(attempt, "LAUNCHER_EXIT_SECONDS", 0.5)
     spec, run = make_run(tmp_path)
     started = time.monotonic()
     outcome = supervisor(fake_launcher, spec, run, "hang_after_mpi_init_failed").supervise()
@@ -600,7 +601,7 @@ def test_the_requeue_limit_summary_counts_each_cause(tmp_path, slurm):
     run.update_status(attempts=3, requeues=2, preemptions=1, timeouts=1)
     sup = Supervisor(spec, run, [], {}, echo=lambda m: None, allocation=SlurmAllocation("7"))
     sup.notice_time = time.time()  # the notice came to the batch shell (sbatch --signal=B:USR2)
-    state, failure = sup._after_preemption(None)
+    state, failure = sup.after_preemption(None)
     assert state == "FAILED"
     assert failure["summary"] == (f"timeout notice after 2 requeue(s) (1 preemption(s), 1 time limit(s)): "
                                   f"slurm.max_requeues=2 is spent; no checkpoint was written")

@@ -1,195 +1,20 @@
-"""`jaxlaunch drill SPEC`: rehearse failures on the user's own job before the big run, and score
-how it recovers. Nothing in the job changes: the drill runs it with `jaxlaunch run`, as the user
-would, once clean and then once per fault, injecting the fault from outside at a point of its run:
-
-- `kill`:    a rank is killed (SIGKILL), as the OOM killer or a dead host does. The job must fail fast
-             and restart (the drill sets max_restarts to at least 1) from its latest checkpoint.
-- `preempt`: a preemption notice (SIGUSR2 to `jaxlaunch run`, what Slurm's warning becomes). The job
-             must checkpoint and stop (PREEMPTED), then `jaxlaunch run --resume` continues it.
-- `hang`:    a rank stops, alive (SIGSTOP): the hang watchdog must stop the job (the drill sets
-             hang_timeout from the clean run's step time) and the restart resume from a checkpoint.
-- `repeat`:  the program's own hang: the chosen rank's `ctx.report` blocks at the same step on every
-             attempt (rank/drill_fault.py). The watchdog must stop it, and the governor must not try a
-             third time (max_restarts is 3): it passes when the job ends after two attempts with the
-             governor's reason. Not in the default set; it needs a job that reports its steps.
-
-Points: `start` (at the first report), `step` (a step chosen at random), `checkpoint` (the step a
-checkpoint was saved at, as the save runs). A job that never reports is faulted at a random time
-between 30% and 70% of the clean run's length instead.
-
-For each fault: detected (and how many seconds after the fault), the state the faulted attempt ended
-in, the seconds until the job was back at the step where the fault hit, the steps computed again,
-and whether the final result equals the clean run's (bit for bit, or within --tolerance; a key named
-`attempt`, which counts restarts by design, is not compared unless --ignore says otherwise). A fault
-fails when it is not detected, when the job does not end COMPLETED, when the result differs, or when
-more steps were computed again than the job's checkpoint interval (the largest gap between two
-checkpoints of the clean run; a job that never checkpoints has none: any lost step fails it).
-
-Everything goes to DRILL_DIR (runs/drill-NAME-TIME by default): clean/, kill-1/, ..., each fault's
-output in its .log, and drill.json (the seed, the points chosen, every figure). The exit code is 0
-only when every fault passed.
-
-`--target slurm` drills the job on the cluster it targets: each run is `jaxlaunch submit --wait`,
-a preemption notice is Slurm's own (`scancel --batch --signal=USR2`; the job requeues itself), a
-rank is killed or stopped on its node through a step of the job (`srun --overlap`, which finds the
-rank's process there and signals it), and one more fault is possible:
-- `node`:    the node of the chosen rank is set DOWN (`scontrol update state=down`, which needs Slurm
-             operator rights; the drill sets it back to RESUME after the run). The job must go on on
-             a spare node (slurm.spare_nodes) or requeue without it (slurm.max_requeues). The batch
-             node, where the supervisor runs, is never chosen: its loss ends any Slurm job.
-The Slurm side of each fault is the Slurm backend's (launcher/backends/slurm/faults.py).
-"""
+"""The drill itself: the clean run, the plan (which fault, where, on which rank), each trial's run
+with its fault injected through the target's backend, and its score; the scorecard and drill.json."""
 
 from __future__ import annotations
 
-import contextlib
-import json
 import math
-import os
 import random
-import shutil
-import signal
 import subprocess
-import sys
-import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
-from .backends import RUN_DEFAULT
-from .states import JobState
-
-# Which faults a target offers is its backend's (Backend.drill_faults); `repeat` takes two hang limits,
-# so it runs only when asked for by name.
-ASKED_BY_NAME = ("repeat",)
-REPEAT_RESTARTS = 3  # what the governor must not spend
-POINTS = ("start", "step", "checkpoint")
-POLL_SECONDS = 0.1
-HANG_FLOOR_SECONDS = 5  # the drill's hang_timeout: at least this, or 10x the clean run's slowest step
-# Each run of a trial ends within 2x the clean run plus its fault's allowance and this margin, or the
-# drill ends it: a fault the job never notices is a FAIL, not a wait.
-TRIAL_MARGIN_SECONDS = 60
-END_GRACE_SECONDS = 15  # a trial's `jaxlaunch run` gets this long to end its job after SIGTERM
-
-
-class TrialTimedOut(Exception):
-    """A run of the drill did not end within its bound."""
-
-
-def end_run(process: subprocess.Popen, run_dir: Path) -> None:
-    """End a drill's `jaxlaunch run` and everything of its job: a rank it SIGSTOPped is continued
-    first (a stopped process cannot act on SIGTERM), then SIGTERM (the supervisor cancels the job and
-    collects stacks), then SIGKILL to whatever is left."""
-    from .supervisor.processes import job_processes, kill_job_processes
-
-    for pid in job_processes(run_dir):
-        try:
-            os.kill(pid, signal.SIGCONT)
-        except ProcessLookupError:
-            pass
-    if process.poll() is None:
-        try:
-            os.killpg(process.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-        try:
-            process.wait(END_GRACE_SECONDS)
-        except subprocess.TimeoutExpired:
-            try:
-                os.killpg(process.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            process.wait()
-    kill_job_processes(run_dir)
-
-
-@dataclass
-class Trial:
-    fault: str
-    point: str
-    rank: int
-    target_step: int | None = None     # the step the fault hit (None: a job that never reports)
-    target_seconds: float | None = None  # a job that never reports: seconds after its start
-    injected_at: float | None = None
-    detected: bool = False
-    detect_seconds: float | None = None
-    faulted_state: str | None = None   # how the attempt the fault hit ended
-    final_state: str | None = None
-    recover_seconds: float | None = None
-    steps_lost: int | None = None
-    same_result: bool | None = None
-    passed: bool = False
-    why: list = field(default_factory=list)
-    run_dir: str = ""
-    node: str | None = None            # a node fault: the node set DOWN
-    timed_out: bool = False            # the drill ended the run: it did not end within its bound
-    injected_step: int | None = None   # the last step the job had reported when the fault hit
-    notes: list = field(default_factory=list)  # what was not judged, and why (no failure)
-    attempts: int | None = None        # attempts the run made (attempt_ended events)
-    governor: str | None = None        # why the governor stopped the job, when it did
-
-
-def _jaxlaunch() -> str:
-    return shutil.which("jaxlaunch", path=str(Path(sys.executable).parent)) or "jaxlaunch"
-
-
-def _events(run_dir: Path) -> list[dict]:
-    from .rundir import RunDirectory
-
-    return sorted(RunDirectory(run_dir).read_events(), key=lambda e: e.get("time", 0))
-
-
-def _reports(run_dir: Path) -> list[dict]:
-    from .rundir import RunDirectory
-    from .rundir.metrics import read_lines
-
-    return sorted((r for r in read_lines(RunDirectory(run_dir).metrics_file) if r.get("kind") == "metrics"),
-                  key=lambda r: r["time"])
-
-
-def _status(run_dir: Path) -> dict:
-    from .rundir import RunDirectory
-
-    try:
-        return json.loads(RunDirectory(run_dir).status_file.read_text())
-    except (OSError, ValueError):
-        return {}
-
-
-def same_result(clean, other, tolerance: float, ignore=()) -> tuple[bool, str]:
-    """(equal, where they differ first): numbers bit for bit (tolerance 0) or within `tolerance`
-    (relative and absolute), arrays and nested lists and mappings alike. Keys named in `ignore`
-    (a name anywhere, or a dotted path) are not compared."""
-    import numpy as np
-
-    def walk(a, b, path):
-        if isinstance(a, dict) and isinstance(b, dict):
-            if a.keys() != b.keys():
-                return f"{path or 'the result'}: keys {sorted(a)} != {sorted(b)}"
-            for key in a:
-                if key in ignore or (f"{path}.{key}" if path else str(key)) in ignore:
-                    continue
-                found = walk(a[key], b[key], f"{path}.{key}" if path else str(key))
-                if found:
-                    return found
-            return ""
-        try:
-            x, y = np.asarray(a), np.asarray(b)
-        except Exception:  # noqa: BLE001  (not an array: compare as values)
-            return "" if a == b else f"{path}: {a!r} != {b!r}"
-        if x.dtype.kind in "fciu" and y.dtype.kind in "fciu":
-            if x.shape != y.shape:
-                return f"{path}: shape {x.shape} != {y.shape}"
-            equal = np.array_equal(x, y) if tolerance == 0 else np.allclose(x, y, rtol=tolerance, atol=tolerance)
-            if equal:
-                return ""
-            if x.ndim == 0:
-                return f"{path}: {a!r} != {b!r}"
-            return f"{path}: differs (largest difference {float(np.max(np.abs(x - y))):.3g})"
-        return "" if a == b else f"{path}: {a!r} != {b!r}"
-
-    where = walk(clean, other, "")
-    return not where, where
+from ..backends import RUN_DEFAULT
+from ..states import JobState
+from .runs import (HANG_FLOOR_SECONDS, POINTS, POLL_SECONDS, REPEAT_RESTARTS, TRIAL_MARGIN_SECONDS,
+                   Trial, TrialTimedOut, end_run, jaxlaunch_path, read_events, read_reports, read_status,
+                   same_result)
 
 
 class Drill:
@@ -211,11 +36,11 @@ class Drill:
 
     def _start(self, run_dir: Path, extra: list[str], log: Path, resume: bool = False) -> subprocess.Popen:
         if resume:
-            command = [_jaxlaunch(), "run", "--resume", str(run_dir)]
+            command = [jaxlaunch_path(), "run", "--resume", str(run_dir)]
         else:
-            command = [_jaxlaunch(), "run", self.spec_path, "--run-dir", str(run_dir)]
+            command = [jaxlaunch_path(), "run", self.spec_path, "--run-dir", str(run_dir)]
             if self.target != RUN_DEFAULT:  # --wait: follows the job, its restarts and requeues, to its end
-                command = [_jaxlaunch(), "submit", self.spec_path, "--backend", self.target, "--wait",
+                command = [jaxlaunch_path(), "submit", self.spec_path, "--backend", self.target, "--wait",
                            "--run-dir", str(run_dir)]
             for override in [*self.overrides, *extra]:
                 command += ["--set", override]
@@ -267,9 +92,9 @@ class Drill:
         started = time.time()
         process = self._start(run_dir, [], self.folder / "clean.log")
         code = self._wait(process, run_dir, None)
-        reports = _reports(run_dir)
-        status = _status(run_dir)
-        checkpoints = sorted({e["step"] for e in _events(run_dir) if e["event"] == "checkpoint" and "step" in e})
+        reports = read_reports(run_dir)
+        status = read_status(run_dir)
+        checkpoints = sorted({e["step"] for e in read_events(run_dir) if e["event"] == "checkpoint" and "step" in e})
         steps = sorted({r["step"] for r in reports if isinstance(r.get("step"), int)})
         gaps = [b - a for a, b in zip([min(steps) if steps else 0, *checkpoints], checkpoints)] if checkpoints else []
         times = [r["time"] for r in reports]
@@ -277,11 +102,11 @@ class Drill:
         self.clean = {"run_dir": str(run_dir), "exit_code": code, "state": status.get("state"),
                       "seconds": round(time.time() - started, 2), "steps": steps, "checkpoints": checkpoints,
                       "checkpoint_interval": max(gaps) if gaps else None, "slowest_step": round(slowest, 3),
-                      "main_started": next((e["time"] for e in _events(run_dir) if e["event"] == "main_started"),
+                      "main_started": next((e["time"] for e in read_events(run_dir) if e["event"] == "main_started"),
                                            started)}
 
     def clean_result(self):
-        from .rundir.results import load_result
+        from ..rundir.results import load_result
 
         return load_result(self.clean["run_dir"])
 
@@ -315,7 +140,7 @@ class Drill:
                 end_run(process, run_dir)
                 raise TrialTimedOut(bound)
             if trial.target_step is not None:
-                if any(r["step"] >= trial.target_step for r in _reports(run_dir) if isinstance(r.get("step"), int)):
+                if any(r["step"] >= trial.target_step for r in read_reports(run_dir) if isinstance(r.get("step"), int)):
                     return True
             elif time.time() - started >= (trial.target_seconds or 0):
                 return True
@@ -326,10 +151,10 @@ class Drill:
         """Inject the fault through the target's backend, as its scheduler would deliver it
         (backends/faults.py on this machine, backends/slurm/faults.py on Slurm); why it could not
         be, or None."""
-        from .backends import get_backend
+        from ..backends import get_backend
 
         try:
-            trial.node = get_backend(self.target).inject_fault(trial.fault, _status(run_dir).get("job_id"), run_dir,
+            trial.node = get_backend(self.target).inject_fault(trial.fault, read_status(run_dir).get("job_id"), run_dir,
                                                                trial.rank, self.processes_per_node)
         except Exception as exc:  # noqa: BLE001  (FaultNotInjected, SchedulerError: the trial says why)
             return str(exc)
@@ -353,11 +178,11 @@ class Drill:
             if not reached:
                 self._wait(process, run_dir, bound)
                 trial.why.append("the job ended before the point chosen for the fault")
-                trial.final_state = _status(run_dir).get("state")
+                trial.final_state = read_status(run_dir).get("state")
                 return
             trial.injected_at = time.time()
             # the step the job had reached when the fault hit: the drill polls, so it may be past the target
-            reached_steps = [r["step"] for r in _reports(run_dir) if isinstance(r.get("step"), int)]
+            reached_steps = [r["step"] for r in read_reports(run_dir) if isinstance(r.get("step"), int)]
             trial.injected_step = max(reached_steps) if reached_steps else None
             problem = self._inject(trial, run_dir)
             if problem:
@@ -366,7 +191,7 @@ class Drill:
                 code = self._wait(process, run_dir, bound)
             finally:
                 if trial.node:  # the drill's own DOWN: give the node back to the cluster
-                    from .backends import get_backend
+                    from ..backends import get_backend
 
                     get_backend(self.target).end_fault(trial.node)
             if trial.fault == "preempt" and code == 75 and self.target == RUN_DEFAULT:  # PREEMPTED: continue it
@@ -379,7 +204,7 @@ class Drill:
 
     def _run_repeat(self, trial: Trial, run_dir: Path, log: Path, extra: list[str], bound: float) -> None:
         """The program's own hang, planted in the rank (rank/drill_fault.py), on every attempt."""
-        from .rank.drill_fault import HANG_ENV
+        from ..rank.drill_fault import HANG_ENV
 
         if trial.target_step is None:
             trial.why.append("repeat needs a job that reports its steps (ctx.report): this one reports none")
@@ -396,7 +221,7 @@ class Drill:
 
     def _score_repeat(self, trial: Trial, run_dir: Path) -> None:
         """PASS: the hang was stopped, and the governor ended the job after the second attempt."""
-        events = _events(run_dir)
+        events = read_events(run_dir)
         ends = [e for e in events if e["event"] == "attempt_ended"]
         stopped = next((e for e in events if e["event"] == "governor" and e.get("decision") == "stopped"), None)
         trial.faulted_state = ends[0].get("state") if ends else None
@@ -405,7 +230,7 @@ class Drill:
             trial.detect_seconds = round(ends[0]["time"] - trial.injected_at, 2)
         elif not trial.timed_out:
             trial.why.append(f"the hang was not detected: the attempt it hit ended {trial.faulted_state or 'never'}")
-        trial.final_state = _status(run_dir).get("state")
+        trial.final_state = read_status(run_dir).get("state")
         trial.attempts = len(ends)
         if stopped is not None:
             trial.governor = stopped.get("why")
@@ -418,10 +243,10 @@ class Drill:
         trial.passed = not trial.why
 
     def _score(self, trial: Trial, run_dir: Path) -> None:
-        from .goodput import goodput
-        from .rundir.results import load_result
+        from ..goodput import goodput
+        from ..rundir.results import load_result
 
-        events = _events(run_dir)
+        events = read_events(run_dir)
         after = [e for e in events if e.get("time", 0) >= trial.injected_at]
         ended = next((e for e in after if e["event"] == "attempt_ended"), None)
         trial.faulted_state = None if ended is None else ended.get("state")
@@ -445,7 +270,7 @@ class Drill:
             else:
                 trial.why.append(f"the {trial.fault} was not detected: the attempt it hit ended "
                                  f"{trial.faulted_state or 'never'}")
-        trial.final_state = _status(run_dir).get("state")
+        trial.final_state = read_status(run_dir).get("state")
         trial.attempts = sum(1 for e in events if e["event"] == "attempt_ended")
         if trial.final_state != JobState.COMPLETED and not trial.timed_out:
             trial.why.append(f"the job ended {trial.final_state}, not COMPLETED")
@@ -454,7 +279,7 @@ class Drill:
             trial.governor = stopped.get("why")
             trial.why.append(f"the governor did not try again: {stopped.get('why')}")
         if trial.target_step is not None and ended is not None:
-            back = next((r for r in _reports(run_dir)
+            back = next((r for r in read_reports(run_dir)
                          if r["time"] > ended["time"] and isinstance(r.get("step"), int)
                          and r["step"] >= trial.target_step), None)
             if back is not None:
@@ -471,7 +296,7 @@ class Drill:
                 trial.why.append(f"{trial.steps_lost} steps computed again, more than its checkpoint interval "
                                  f"({interval} steps)")
         if trial.final_state == JobState.COMPLETED:
-            from .rundir import RunDirectory
+            from ..rundir import RunDirectory
 
             has = [RunDirectory(Path(d)).result_file.exists() for d in (self.clean["run_dir"], run_dir)]
             if not any(has):  # a program that sets no result: nothing to compare, and that is no failure
@@ -519,59 +344,3 @@ class Drill:
                 "count": self.count, "faults": self.faults, "tolerance": self.tolerance, "ignored": list(self.ignore),
                 "clean": self.clean,
                 "trials": [asdict(t) for t in self.trials], "passed": all(t.passed for t in self.trials)}
-
-
-def run_drill(spec_path: str, overrides: list[str], program_args: list[str], folder: Path, faults: list[str],
-              count: int, seed: int, tolerance: float, num_processes: int, echo=print, ignore=("attempt",),
-              target: str = RUN_DEFAULT, processes_per_node: int = 1, runs_program: bool = False) -> bool:
-    folder = folder.resolve()  # the ranks' JAXLAUNCH_RUN_DIR is absolute: how their processes are found
-    folder.mkdir(parents=True, exist_ok=True)
-    drill = Drill(spec_path, overrides, program_args, folder, faults, count, seed, tolerance, echo, ignore,
-                  target=target, processes_per_node=processes_per_node, runs_program=runs_program)
-    with ending_runs_when_interrupted(drill, echo):
-        return _run_drill(drill, folder, num_processes, target, echo)
-
-
-@contextlib.contextmanager
-def ending_runs_when_interrupted(drill: Drill, echo):
-    """Ctrl-C (SIGINT), SIGTERM (`timeout`, a batch system) or SIGHUP ends the drill's run in
-    progress too, its stopped rank continued first, and says so: nothing of a trial outlives the drill."""
-    def on_signal(signum, frame):
-        raise KeyboardInterrupt if signum == signal.SIGINT else SystemExit(128 + signum)
-
-    in_main = threading.current_thread() is threading.main_thread()
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)} \
-        if in_main else {}
-    try:
-        yield
-    except (KeyboardInterrupt, SystemExit):
-        ended = drill.end_running()
-        if ended is not None:
-            echo(f"drill: interrupted; ended the run in progress and every process of its job ({ended})")
-        raise
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-
-
-def _run_drill(drill: Drill, folder: Path, num_processes: int, target: str, echo) -> bool:
-    from .rundir import atomic_write_json
-
-    echo(f"drill: the clean run ({folder / 'clean'})")
-    drill.run_clean()
-    if drill.clean["state"] != JobState.COMPLETED:
-        echo(f"drill: the clean run ended {drill.clean['state']} (exit code {drill.clean['exit_code']}): fix the "
-             f"job first; its output is in {folder / 'clean.log'}")
-        atomic_write_json(folder / "drill.json", drill.report())
-        return False
-    drill.plan(num_processes)
-    for trial in drill.trials:
-        where = f"step {trial.target_step}" if trial.target_step is not None else f"{trial.target_seconds} s"
-        echo(f"drill: {trial.fault} at {where} ({trial.point}), rank {trial.rank} ({trial.run_dir})"
-             + (f" ({target})" if target != RUN_DEFAULT else ""))
-        drill.run_trial(trial)
-    atomic_write_json(folder / "drill.json", drill.report())
-    echo(drill.scorecard())
-    passed = all(t.passed for t in drill.trials)
-    echo(f"drill: {'every fault passed' if passed else 'FAILED'}; details: {folder / 'drill.json'}")  # not a state
-    return passed
