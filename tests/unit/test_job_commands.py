@@ -22,7 +22,7 @@ def slurm(monkeypatch, tmp_path):
     monkeypatch.setattr(scheduler, "query_jobs", lambda job_ids: {"77": RUNNING} if "77" in job_ids else {})
     monkeypatch.setattr(scheduler, "cancel", cancelled.append)
     # Job 77 is RUNNING with no supervisor to answer a cancel: do not wait the 15 s grace for one.
-    monkeypatch.setattr("launcher.backends.slurm.backend.CANCEL_GRACE_SECONDS", 0.2)
+    monkeypatch.setattr("launcher.backends.slurm.job.CANCEL_GRACE_SECONDS", 0.2)
 
     def no_scontrol(argv, **kwargs):
         raise scheduler.SchedulerError(argv, 1, "", "slurm_load_jobs error: Invalid job id specified")

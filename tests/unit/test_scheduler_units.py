@@ -133,7 +133,8 @@ def test_a_running_job_whose_supervisor_reports_is_asked_about_every_30_s_not_ev
     run directory answers, and Slurm is asked at most every RUNNING_REFRESH."""
     import os
 
-    from launcher.backends.slurm import backend as slurm
+    from launcher.backends.slurm import job as slurm_job
+    from launcher.backends.slurm import watcher as slurm_watcher
     from launcher.backends.slurm import scheduler as sched
     from launcher.rundir import RunDirectory
     from launcher.spec import JobSpec
@@ -144,14 +145,14 @@ def test_a_running_job_whose_supervisor_reports_is_asked_about_every_30_s_not_ev
     monkeypatch.setattr(sched, "query_jobs", lambda ids: asked.append(list(ids)) or {"5": running})
     run = RunDirectory.create(JobSpec(name="x", entrypoint="m:f"), tmp_path / "run")
     run.update_status(state="RUNNING", backend="slurm", job_id="5")
-    watcher = slurm.SlurmWatcher()
-    job = slurm.SlurmJob("5", run, watcher)
+    watcher = slurm_watcher.SlurmWatcher()
+    job = slurm_job.SlurmJob("5", run, watcher)
     assert job.state() == JobState.RUNNING and len(asked) == 1
-    watcher._last_refresh -= slurm.RUNNING_REFRESH - 1  # 29 s later: the run directory answers
+    watcher._last_refresh -= slurm_job.RUNNING_REFRESH - 1  # 29 s later: the run directory answers
     assert job.state() == JobState.RUNNING and len(asked) == 1
     watcher._last_refresh -= 2  # 31 s: Slurm is asked, for a death the supervisor cannot report
     assert job.state() == JobState.RUNNING and len(asked) == 2
-    old = os.stat(run.status_file).st_mtime - slurm.SUPERVISOR_SILENT - 1
+    old = os.stat(run.status_file).st_mtime - slurm_job.SUPERVISOR_SILENT - 1
     os.utime(run.status_file, (old, old))  # the supervisor stopped writing: back to the usual polling
-    watcher._last_refresh -= slurm.MAX_REFRESH
+    watcher._last_refresh -= slurm_watcher.MAX_REFRESH
     assert job.state() == JobState.RUNNING and len(asked) == 3

@@ -9,7 +9,7 @@ import pytest
 
 from launcher.backends.slurm import fit, nodes, scheduler, spares
 from launcher.backends.slurm.allocation import SlurmAllocation
-from launcher.backends.slurm.backend import SlurmJob
+from launcher.backends.slurm.job import SlurmJob
 from launcher.backends.slurm.render import sbatch_directives
 from launcher.errors import UsageError
 from launcher.spec import JobSpec

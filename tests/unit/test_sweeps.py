@@ -353,7 +353,7 @@ def _submitted_sweep(spec_file, tmp_path, max_parallel=2, flags=("params.seed=ra
 
 
 def test_a_split_sweeps_tasks_have_their_own_arrays_index_from_0(spec_file, tmp_path, stub_slurm):
-    from launcher.backends.slurm.backend import sweep_dir_of
+    from launcher.backends.slurm.index import sweep_dir_of
 
     fake = stub_slurm()
     directory, ids, echoed = _submitted_sweep(spec_file, tmp_path)

@@ -2,7 +2,9 @@
 it uses only what this file exports (the `Backend` seam, launcher/backends/base.py);
 tests/unit/test_layout.py checks that nothing imports the modules below from outside.
 
-  backend.py       SlurmBackend and SlurmJob: sbatch a rendered script, follow and cancel the job
+  backend.py       SlurmBackend: sbatch a rendered script or sweep, find and list jobs, hand out handles
+  job.py           SlurmJob, the handle: its state, logs and cancel, its requeue and spare-node lines
+  watcher.py       SlurmWatcher, the one per process that batches every handle's squeue calls
   scheduler.py     the one wrapper that runs every Slurm command, its parsers, the state table, and
                    the batched query (`query_jobs`: at most three commands for any number of jobs)
   render.py        batch and array scripts from the templates in slurm/ (pure functions)
@@ -20,6 +22,7 @@ tests/unit/test_layout.py checks that nothing imports the modules below from out
   srun.py          what srun says when tasks end badly (read for the root cause)
 """
 
-from .backend import SlurmBackend, SlurmJob
+from .backend import SlurmBackend
+from .job import SlurmJob
 
 __all__ = ["SlurmBackend", "SlurmJob"]

@@ -1,0 +1,200 @@
+"""SlurmJob: the handle on one Slurm job (or array task) that jaxlaunch submitted: its state, from
+the run directory while the job's supervisor reports and from the watcher (watcher.py) otherwise,
+its logs, its cancel, and the requeue and spare-node lines of `jaxlaunch status`.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from ...errors import SchedulerError, UnknownJobError, UsageError
+from ...rundir import RunDirectory
+from . import index, scheduler, spares
+from .index import sweep_dir_of
+from .watcher import SlurmWatcher, shared_watcher
+from ...states import CANCEL_EVENT, JobState
+from ..base import Job
+
+# A running job whose supervisor keeps status.json fresh: Slurm is asked this seldom (issue 45's
+# citizenship: 30 s per waiting client); the supervisor writes it at least every STILL_WRITE_SECONDS.
+RUNNING_REFRESH, SUPERVISOR_SILENT = 30.0, 60.0
+# How long `cancel` lets a running job's supervisor collect stacks and end its ranks (it takes
+# attempt.ANSWER_SECONDS + TERMINATE_SECONDS at most) before Slurm ends the job.
+CANCEL_GRACE_SECONDS = 15.0
+# The states the supervisor inside the batch job writes when the job ends; it knows better than
+# Slurm why (TIMEOUT from the spec's own timeout, not Slurm's FAILED for exit code 124).
+SUPERVISOR_FINAL_STATES = (JobState.COMPLETED, JobState.FAILED, JobState.TIMEOUT, JobState.CANCELLED)
+
+
+class SlurmJob(Job):
+    backend = "slurm"
+
+    def no_run_dir_message(self) -> str:
+        """A Slurm job that jaxlaunch did not submit from this account has no run directory here."""
+        return (f"job {self.id} has no run directory that jaxlaunch knows: it was not submitted by jaxlaunch "
+                f"from this account (index: {index.jobs_index()}).\n  fix: name its run directory (RUN_DIR) instead "
+                f"of the id, if it has one.")
+
+    def __init__(self, job_id: str, run: RunDirectory | None, watcher: SlurmWatcher | None = None):
+        super().__init__(job_id, run)
+        self.watcher = watcher or shared_watcher()
+        self.watcher.follow(job_id)
+
+    def info(self, max_age: float | None = None) -> scheduler.JobInfo | None:
+        """Slurm's view (state, elapsed, nodes, pending reason); None once Slurm forgot the job."""
+        return self.watcher.info(self.id, max_age)
+
+    def state(self) -> JobState:
+        status = self.status()
+        if status.state in SUPERVISOR_FINAL_STATES:
+            return status.state
+        # While the job's own supervisor says RUNNING and keeps writing status.json (every few s), the
+        # run directory knows the state: Slurm is asked only every RUNNING_REFRESH, for a death the
+        # supervisor cannot report (a node lost, the job's time limit). A 27 s job made 7 squeue calls.
+        info = self.info(max_age=RUNNING_REFRESH if self._supervisor_reports(status) else None)
+        if info is None:  # Slurm forgot it (or never knew the id)
+            return status.state if status.state.final else JobState.UNKNOWN
+        state = JobState.parse(info.state)
+        if info.finished and self.run is not None and status.state != state:
+            # Slurm ended it without the supervisor's word (cancelled while pending, its time limit,
+            # a node failure): record that for `status` and later handles.
+            self.run.update_status(state=state, slurm_state=info.slurm_state, exit_code=info.exit_code or None,
+                                   ended=time.time())
+        return state
+
+    def _supervisor_reports(self, status) -> bool:
+        """The batch job's supervisor says RUNNING and wrote status.json within SUPERVISOR_SILENT."""
+        if status.state != JobState.RUNNING or self.run is None:
+            return False
+        try:
+            return time.time() - self.run.status_file.stat().st_mtime < SUPERVISOR_SILENT
+        except OSError:
+            return False
+
+    def exists(self) -> bool:
+        """Known to the index (a run directory), else to Slurm (one batched query)."""
+        return self.run is not None or self.info() is not None
+
+    def describe_state(self, state: JobState) -> str:
+        """With squeue's reason while the job waits ('PENDING (Resources)'), when Slurm's last
+        answer is that state."""
+        info = self.watcher.last_known(self.id)
+        return info.describe_state() if info is not None and JobState.parse(info.state) == state else str(state)
+
+    def no_log_yet(self, rank: int | None = None) -> str | None:
+        path = self.log_path(rank)
+        if path.exists():
+            return None
+        return f"no log yet at {path}" + ("" if rank is None else f" (does rank {rank} exist?)")
+
+    def unknown_message(self) -> str:
+        where = f" (run directory: {self.run_dir})" if self.run is not None else ""
+        return (f"job {self.id} is not known to Slurm{where}: it ended and was purged before it was seen to "
+                f"finish, or the id is wrong.\n  fix: see `jaxlaunch logs {self.id}` and the run directory's "
+                f"status.json.")
+
+    def logs(self, rank: int | None = None) -> str:
+        path = self.log_path(rank)
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def log_path(self, rank: int | None = None) -> Path:
+        if self.run is None:
+            raise UsageError(f"no run directory known for job {self.id}: it was not submitted by jaxlaunch "
+                             f"from this account (index: {index.jobs_index()})")
+        if rank is not None:
+            return self.rank_log(rank)
+        # an array task's output is the array's (SWEEP_DIR/logs/slurm-%A_%a.out), recorded at submission
+        return Path(self.status().log or self.run.path / f"slurm-{self.id}.out")
+
+    def follow_logs(self, rank: int | None, write, poll_seconds: float = 0.5) -> None:
+        """Print the log as it grows, until the job has ended and the file stops growing."""
+        path = self.log_path(rank)
+        offset = 0
+        while True:
+            if path.exists():
+                with open(path, "rb") as handle:
+                    handle.seek(offset)
+                    chunk = handle.read()
+                if chunk:
+                    write(chunk.decode(errors="replace"))
+                    offset += len(chunk)
+            if self.done() and (not path.exists() or path.stat().st_size == offset):
+                return
+            time.sleep(poll_seconds)
+
+    def cancel(self) -> None:
+        """End the job as CANCELLED, never requeued. A running job's supervisor is asked first
+        (SIGTERM to the batch shell alone): it collects every rank's stacks into failure.json and
+        ends the ranks, as a local cancel does. Slurm's own cancel signals every process of the job
+        at once, and mpirun then kills its ranks before they can answer. Then scancel, which
+        releases the nodes (and ends a pending job). An id Slurm does not know is an error
+        (scancel itself exits 0 for it)."""
+        info = self.info(max_age=0)
+        if info is None:
+            raise UnknownJobError(f"job {self.id} is not known to Slurm: nothing to cancel.\n"
+                                  f"  fix: check the id with `squeue --me` or `jaxlaunch status`.")
+        runs = self._runs()
+        for run in runs:
+            # Before any signal: the supervisor reads it to tell this SIGTERM from a preemption's.
+            run.log_event(CANCEL_EVENT, by="jaxlaunch cancel")
+        supervised = [run for run in runs if run.status().state == JobState.RUNNING]
+        if supervised and info.state == JobState.RUNNING:
+            try:
+                scheduler.call_slurm(["scancel", "--batch", "--signal=TERM", self.id])
+            except SchedulerError:
+                pass  # it is ending already; the scancel below still ends it
+            deadline = time.monotonic() + CANCEL_GRACE_SECONDS
+            while time.monotonic() < deadline and not all(run.status().state.final for run in supervised):
+                time.sleep(0.2)
+        try:
+            scheduler.cancel(self.id)
+        except SchedulerError:
+            # Its supervisor ended it meanwhile (it scancels its own job after a cancel): fine.
+            now = self.info(max_age=0)
+            if now is not None and not now.finished:
+                raise
+        self.watcher.forget(self.id)
+        for run in runs:
+            if run.status().state == JobState.SUBMITTED:
+                # It never started, so no supervisor will record its end (and Slurm soon forgets
+                # a cancelled pending array task).
+                run.update_status(state=JobState.CANCELLED, ended=time.time(), reason="cancelled before it started")
+
+    def _runs(self) -> list[RunDirectory]:
+        """This job's run directory, or every task's for an array id."""
+        if self.run is not None:
+            return [self.run]
+        sweep = sweep_dir_of(self.id)
+        if sweep is None:
+            return []
+        return [run for task, run in sweep.task_runs() if task.get("job_id", "").startswith(f"{self.id}_")]
+
+    def status_notes(self) -> list[str]:
+        return [line for line in (self.requeue_line(), self.spare_line()) if line]
+
+    def spare_line(self) -> str | None:
+        """'spare nodes in use: node2 -> node3 (node failure)' once a spare took a node's place."""
+        swaps = self.status().spare_swaps or []
+        if not swaps:
+            return None
+        return (f"{_count(len(swaps), 'spare-node swap')} inside the allocation (no requeue): "
+                + "; ".join(spares.describe_swap(swap) for swap in swaps))
+
+    def requeue_line(self) -> str | None:
+        """'requeued 2 times: 1 preemption, 1 time limit' for a job that requeued itself, else None."""
+        status = self.status()
+        if not status.requeues:
+            return None
+        line = (f"requeued {_count(status.requeues, 'time')}: {_count(status.preemptions, 'preemption')}, "
+                f"{_count(status.timeouts, 'time limit')}")
+        if status.hang_requeues:
+            line += f", {_count(status.hang_requeues, 'hang')}"
+        if status.node_failures or status.excluded_nodes:
+            line += (f", {_count(status.node_failures, 'bad-node requeue')}; excluded nodes: "
+                     f"{', '.join(status.excluded_nodes or []) or 'none'}")
+        return line
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
