@@ -32,7 +32,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 demo: setup
-	$(VENV)/bin/jaxlaunch run jobs/normalize.yaml
+	$(VENV)/bin/jaxlaunch run jobs/examples/normalize.yaml
 
 # Every tier, each with its own count: unit and CLI tests; end-to-end runs under mpirun; the Slurm
 # tier on a real local cluster; the collective tests at MPI size 1 and under a real `mpirun -n 2`
@@ -62,7 +62,7 @@ docs: setup
 # root; ~80 s, then seconds), for `container: {runtime: charliecloud, image: build/charliecloud-image}`.
 # The container tests build the same one themselves.
 image: setup
-	jobs/container/build_charliecloud_image.sh build/charliecloud-image $(CURDIR)
+	launcher/container_image/build_charliecloud_image.sh build/charliecloud-image $(CURDIR)
 
 # The inner loop: no mpirun, no Slurm (tests/conftest.py refuses them there); under 2 minutes.
 test-unit: setup

@@ -8,8 +8,9 @@ A page asks for a generated part with an HTML comment on a line of its own:
     <!-- generated: entrypoints -->          the four kinds of entrypoint (launcher/spec/model.py)
     <!-- docstring: launcher.rundir -->      a module's (or a function's) docstring, as written
 
-The figures the benchmark jobs write into jobs/ (jobs/*.png) are served from there, not copied: a
-page links them as `jobs/NAME.png` relative to the site's root.
+The figures of the benchmark jobs (jobs/benchmarks/*.png, beside the jobs that make them) are served
+from there, not copied: a page links them as `jobs/benchmarks/NAME.png` relative to the site's root.
+Figures only the docs show live in docs/figures/.
 
 tests/unit/test_docs.py uses the same functions to check that every spec key is listed and described.
 """
@@ -255,7 +256,7 @@ def on_page_content(html, page, config, files):
 def on_files(files, config):
     from mkdocs.structure.files import File
 
-    for png in sorted((ROOT / "jobs").glob("*.png")):
-        files.append(File(f"jobs/{png.name}", src_dir=str(ROOT), dest_dir=config["site_dir"],
+    for png in sorted((ROOT / "jobs" / "benchmarks").glob("*.png")):
+        files.append(File(f"jobs/benchmarks/{png.name}", src_dir=str(ROOT), dest_dir=config["site_dir"],
                           use_directory_urls=config["use_directory_urls"]))
     return files

@@ -2,11 +2,11 @@
 
     import launcher
 
-    job = launcher.run("jobs/normalize.yaml", overrides=["nodes=2"])     # local, under mpirun
+    job = launcher.run("jobs/examples/normalize.yaml", overrides=["nodes=2"])     # local, under mpirun
     job.wait()                     # JobState.COMPLETED (a str: "COMPLETED"), FAILED, TIMEOUT, ...
     job.result()                   # what the entrypoint returned (waits; JobFailedError if it failed)
 
-    job = launcher.submit("jobs/train_data_parallel.yaml")              # Slurm
+    job = launcher.submit("jobs/examples/train_data_parallel.yaml")            # Slurm
     job.state(); job.logs(rank=0); job.cancel(); job.failure()
 
 The handles are the backends' (launcher/backends/): the same ones `jaxlaunch status/logs/cancel`

@@ -262,6 +262,7 @@ def _container_checks(spec, env: Mapping[str, str], answer: Started | None, prob
                       mpirun_text: str | None) -> list[Check]:
     import launcher
     from .container import RUNTIME_PROGRAMS
+    from .container_image import BUILDER, FOLDER
 
     runtime, image = spec.container.runtime, spec.container.image
     program = RUNTIME_PROGRAMS[runtime]
@@ -290,14 +291,14 @@ def _container_checks(spec, env: Mapping[str, str], answer: Started | None, prob
         return [found, Check("container image", FAIL, f"{image} has no folder to mount {', '.join(missing)} on "
                              "(ch-run mounts only onto folders the image has)",
                              "mkdir -p " + " ".join(f"{image.rstrip('/')}{path}" for path in missing)
-                             + ", or pass them to jobs/container/build_charliecloud_image.sh")]
+                             + f", or pass them to {BUILDER}")]
     outcome = probe.outcome()
     found_there = outcome.json() if outcome.returncode == 0 else None
     if found_there is None:
         return [found, Check("container image", FAIL, f"{image}: " + outcome.why_not(
             f"{spec.container.python} in the image", PROBE_TIMEOUT),
             "check container.image and container.python; the image needs jaxlaunch installed "
-            "(jobs/container/ builds one)")]
+            f"({FOLDER}: build_charliecloud_image.sh or the Dockerfile builds one)")]
     detail = (f"{image}: python {found_there['python']}, jaxlaunch {found_there['jaxlaunch']}, "
               f"{' '.join(identify_mpi(found_there['library']) or ('unknown MPI',))}")
     if found_there["jaxlaunch"] != launcher.__version__:

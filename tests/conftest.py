@@ -15,6 +15,8 @@ import pytest
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
 JOBS = ROOT / "jobs"
+EXAMPLES = JOBS / "examples"  # the example jobs the docs run (normalize, train_data_parallel, programs/, ...)
+BENCHMARKS = JOBS / "benchmarks"  # the benchmark jobs, with their result files
 TEST_JOBS = TESTS / "jobs"
 GOLDEN = TESTS / "golden"  # expected scripts, shared by the tiers
 TIERS = ("unit", "e2e", "slurm", "mpi")
@@ -97,9 +99,9 @@ def jaxlaunch(*args, timeout=180, env=None, cwd=None):
 @pytest.fixture(autouse=True)
 def fresh_slurm_watcher(monkeypatch):
     """Each test starts with a Slurm watcher that follows no job (as each jaxlaunch command does)."""
-    from launcher.backends.slurm import backend as slurm
+    from launcher.backends.slurm import watcher
 
-    monkeypatch.setattr(slurm, "WATCHER", slurm.SlurmWatcher())
+    monkeypatch.setattr(watcher, "WATCHER", watcher.SlurmWatcher())
 
 
 @pytest.fixture
@@ -150,18 +152,19 @@ def slurm_cluster(tmp_path_factory):
 @pytest.fixture(scope="session")
 def charliecloud_image():
     """A charliecloud image directory with this checkout's jaxlaunch installed, and the repository
-    and jobs/ as mount points (jobs/container/build_charliecloud_image.sh): jobs/ is mounted on its
-    own, as the entrypoint's folder, when the working directory is elsewhere. It lives in build/ (ignored by
-    git): a later session keeps its OS and venv and only reinstalls jaxlaunch (~7 s; the first build
-    ~80 s). Skipped when ch-run is missing, except in CI (CI=true), which installs it."""
+    and jobs/examples/ as mount points (launcher/container_image/build_charliecloud_image.sh):
+    jobs/examples/ is mounted on its own, as the entrypoint's folder, when the working directory is
+    elsewhere. It lives in build/ (ignored by git): a later session keeps its OS and venv and only
+    reinstalls jaxlaunch (~7 s; the first build ~80 s). Skipped when ch-run is missing, except in CI
+    (CI=true), which installs it."""
     if shutil.which("ch-run") is None:
         reason = "ch-run not found (Debian's charliecloud-runtime package)"
         if os.environ.get("CI") == "true":
             pytest.fail(f"CI=true but the container tests cannot run: {reason}")
         pytest.skip(reason)
     image = ROOT / "build" / "charliecloud-image"
-    done = subprocess.run([str(ROOT / "jobs" / "container" / "build_charliecloud_image.sh"), str(image), str(ROOT),
-                           str(JOBS)],
+    done = subprocess.run([str(ROOT / "launcher" / "container_image" / "build_charliecloud_image.sh"), str(image),
+                           str(ROOT), str(EXAMPLES)],
                           capture_output=True, text=True, timeout=900, env={**os.environ, "PYTHON": sys.executable})
     assert done.returncode == 0, f"building the image failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     return image

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import numpy as np
 
-from conftest import JOBS, jaxlaunch
+from conftest import EXAMPLES, jaxlaunch
 
-TRAIN = JOBS / "train_data_parallel.yaml"
+TRAIN = EXAMPLES / "train_data_parallel.yaml"
 # Slow enough to be interrupted mid-run (about 0.1 s a step), with a periodic checkpoint.
 TRAIN_SETTINGS = ["--set", "params.steps=80", "--set", "params.step_seconds=0.1",
                   "--set", "params.checkpoint_every=20"]

@@ -1,5 +1,5 @@
 """Cost of ctx.should_stop() per step: the one MPI allreduce that makes every rank agree, median
-of 20 blocks of 2000 calls, next to a training step of jobs/train_data_parallel.py (gradient and
+of 20 blocks of 2000 calls, next to a training step of jobs/examples/train_data_parallel.py (gradient and
 loss allreduce included) for scale. Run under the launcher's mpirun:
 
     .venv/bin/mpirun -n 2 --oversubscribe --bind-to none .venv/bin/python tests/should_stop_cost.py

@@ -25,7 +25,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--hang-seconds", type=float, default=60)
-    parser.add_argument("--spec", default=str(ROOT / "jobs" / "normalize.yaml"))
+    parser.add_argument("--spec", default=str(ROOT / "jobs" / "examples" / "normalize.yaml"))
     args = parser.parse_args()
     exe = os.path.join(os.path.dirname(sys.executable), "jaxlaunch")
     work = Path(tempfile.mkdtemp(prefix="jaxlaunch-soak-"))

@@ -12,7 +12,7 @@ folder per kind, shipped as package data:
                                    not a module of this package; its placeholders sit in strings)
 Placeholders are string.Template's: ${name}, ${name_value} (the name as a YAML value),
 ${spec_file} (NAME.yaml) and ${job_file} (NAME.py); a literal `$` is written `$$`. The
-data-parallel and sharded programs follow jobs/train_data_parallel.py and jobs/sharded_mlp.py;
+data-parallel and sharded programs follow jobs/examples/train_data_parallel.py and jobs/examples/sharded_mlp.py;
 tests/unit/test_scaffold_templates.py checks the parts that must agree.
 
 Entry point: `write_job(name, template, folder)`.

@@ -9,11 +9,12 @@ import time
 import pytest
 
 import launcher
-from conftest import JOBS, TEST_JOBS
+from conftest import EXAMPLES, TEST_JOBS
 
 
 def test_run_returns_a_handle_that_waits_and_loads_the_result(tmp_path):
-    job = launcher.run(JOBS / "normalize.yaml", overrides=["nodes=1", "processes_per_node=1"], run_dir=tmp_path / "run")
+    job = launcher.run(EXAMPLES / "normalize.yaml", overrides=["nodes=1", "processes_per_node=1"],
+                       run_dir=tmp_path / "run")
     assert job.run_dir == tmp_path / "run" and job.id == "run"
     assert job.wait(timeout=120) == "COMPLETED" and job.done()
     result = job.result()

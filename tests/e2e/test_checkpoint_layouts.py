@@ -16,7 +16,7 @@ import time
 import numpy as np
 import pytest
 
-from conftest import TEST_JOBS, jaxlaunch
+from conftest import EXAMPLES, TEST_JOBS, jaxlaunch
 
 SPEC = TEST_JOBS / "checkpoint_layouts.yaml"
 sys.path.insert(0, str(TEST_JOBS))
@@ -119,14 +119,14 @@ def test_kill_9_during_an_asynchronous_sharded_save_leaves_the_previous_checkpoi
 
 
 def test_training_with_asynchronous_checkpoints_gives_the_bits_of_synchronous_ones(tmp_path):
-    """jobs/train_data_parallel.py on 2 processes x 2 devices, checkpointing every 5 steps while it
+    """jobs/examples/train_data_parallel.py on 2 processes x 2 devices, checkpointing every 5 steps while it
     trains: the result and every checkpoint's bytes are those of a run whose saves block."""
     from launcher import load_result
 
     runs = {}
     for mode in ("true", "false"):
         run_dir = tmp_path / f"async-{mode}"
-        result = jaxlaunch("run", TEST_JOBS.parent.parent / "jobs" / "train_data_parallel.yaml", "--run-dir", run_dir,
+        result = jaxlaunch("run", EXAMPLES / "train_data_parallel.yaml", "--run-dir", run_dir,
                            "--set", "params.steps=20", "--set", "params.checkpoint_every=5",
                            "--set", f"async_checkpoints={mode}", "--set", "keep_checkpoints=4")
         assert result.returncode == 0, result.stdout + result.stderr

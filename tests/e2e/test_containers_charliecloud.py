@@ -1,5 +1,5 @@
-"""Real runs of jobs/normalize.yaml in a charliecloud image under this machine's mpirun
-(jobs/container/build_charliecloud_image.sh builds it; tests/conftest.py's charliecloud_image fixture),
+"""Real runs of jobs/examples/normalize.yaml in a charliecloud image under this machine's mpirun
+(launcher/container_image/build_charliecloud_image.sh builds it; tests/conftest.py's charliecloud_image fixture),
 and doctor's checks of that image. The container section, the commands each runtime wraps a rank in
 and explain are in tests/unit/test_containers.py; the Slurm runs in tests/slurm/test_slurm_container.py."""
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import JOBS, ROOT, TEST_JOBS, jaxlaunch
+from conftest import EXAMPLES, ROOT, TEST_JOBS, jaxlaunch
 from launcher.backends.local.plan import plan_local_run
 from launcher.rundir import RunDirectory
 from launcher.spec import load_spec
@@ -38,7 +38,7 @@ def image_python_version(image) -> str:
 @pytest.mark.e2e
 def test_normalize_runs_in_a_charliecloud_image_under_this_machines_mpirun(charliecloud_image, tmp_path, user_env):
     run_dir = tmp_path / "run"
-    result = jaxlaunch("run", JOBS / "normalize.yaml", *container_args(charliecloud_image), "--run-dir", run_dir,
+    result = jaxlaunch("run", EXAMPLES / "normalize.yaml", *container_args(charliecloud_image), "--run-dir", run_dir,
                        env=user_env, cwd=ROOT)
     assert result.returncode == 0, result.stdout + result.stderr
     assert json.loads(result.stdout)["values"] == pytest.approx([0.1, 0.2, 0.3, 0.4], rel=1e-6)
@@ -54,7 +54,7 @@ def test_normalize_runs_in_a_charliecloud_image_under_this_machines_mpirun(charl
 @pytest.mark.e2e
 def test_a_rank_imports_jaxlaunch_from_the_image_not_from_the_mounted_checkout(charliecloud_image, tmp_path,
                                                                               user_env):
-    result = jaxlaunch("run", JOBS / "normalize.yaml", *container_args(charliecloud_image), "--set",
+    result = jaxlaunch("run", EXAMPLES / "normalize.yaml", *container_args(charliecloud_image), "--set",
                        f"entrypoint={TEST_JOBS / 'where_am_i.py'}:main", "--run-dir", tmp_path / "run",
                        env=user_env, cwd=ROOT)  # the working directory holds this checkout's launcher/
     assert result.returncode == 0, result.stdout + result.stderr
@@ -70,7 +70,7 @@ def test_an_image_with_another_jaxlaunch_version_stops_in_the_preflight(charliec
     """The launch plan's own command, with the host's version changed as a newer host would have it."""
     from launcher.backends.mpirun import find_mpirun
 
-    spec = load_spec(JOBS / "normalize.yaml", container_args(charliecloud_image)[1::2])
+    spec = load_spec(EXAMPLES / "normalize.yaml", container_args(charliecloud_image)[1::2])
     run = RunDirectory.create(spec, tmp_path / "run")
     plan = plan_local_run(spec, run, find_mpirun(), "python", os.geteuid() == 0, ROOT)
     done = subprocess.run(plan.argv, env={**user_env, **plan.env, "JAXLAUNCH_HOST_VERSION": "9.9.9"}, cwd=ROOT,
@@ -90,7 +90,7 @@ def test_doctor_starts_the_image_and_compares_jaxlaunch_and_mpi(charliecloud_ima
     from launcher.doctor import FAIL, OK, Check, run_checks
 
     monkeypatch.chdir(ROOT)
-    spec = load_spec(JOBS / "normalize.yaml", container_args(charliecloud_image)[1::2])
+    spec = load_spec(EXAMPLES / "normalize.yaml", container_args(charliecloud_image)[1::2])
     checks = {c.name: c for c in run_checks(user_env, spec)}
     assert checks["container runtime"].status == OK and checks["container runtime"].detail.startswith(
         "/usr/bin/ch-run (")
@@ -106,9 +106,10 @@ def test_doctor_starts_the_image_and_compares_jaxlaunch_and_mpi(charliecloud_ima
     finally:
         monkeypatch.chdir(ROOT)
         outside.rmdir()
-    # The image has the checkout and jobs/ (the fixture's mount points), so only the working directory is missing.
-    assert image.status == FAIL and image.fix == (f"mkdir -p {charliecloud_image}{outside}, or pass them to "
-                                                  "jobs/container/build_charliecloud_image.sh")
+    # The image has the checkout and jobs/examples/ (the fixture's mount points), so only the working
+    # directory is missing. The fix names the builder where this jaxlaunch is installed.
+    builder = ROOT / "launcher" / "container_image" / "build_charliecloud_image.sh"
+    assert image.status == FAIL and image.fix == f"mkdir -p {charliecloud_image}{outside}, or pass them to {builder}"
     # ch-run refuses to start without USER: said before anything else
     runtime = {c.name: c for c in run_checks({k: v for k, v in user_env.items() if k != "USER"}, spec)}
     assert runtime["container runtime"].status == FAIL and runtime["container runtime"].fix == "export USER=$(id -un)"

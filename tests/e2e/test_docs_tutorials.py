@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from conftest import ROOT
+from conftest import EXAMPLES, ROOT
 from doc_pages import LOCAL_PAGES, check_output_snippet, console_commands, run_page, split_transcript
 
 # Run like LOCAL_PAGES, with what each must print; a file such a page shows under a plain name
@@ -44,10 +44,11 @@ def test_every_command_of_the_containers_tutorial_runs(charliecloud_image, tmp_p
     new mount point) and the normalize job in it, under the host's mpirun."""
     # The job's folder is the user's own (the image mounts it at its own path); the build script and the
     # image are the repository's.
-    (tmp_path / "jobs").mkdir()
+    (tmp_path / "jobs" / "examples").mkdir(parents=True)
     for name in ("normalize.py", "normalize.yaml"):
-        shutil.copy(ROOT / "jobs" / name, tmp_path / "jobs" / name)
-    (tmp_path / "jobs" / "container").symlink_to(ROOT / "jobs" / "container")
+        shutil.copy(EXAMPLES / name, tmp_path / "jobs" / "examples" / name)
+    (tmp_path / "launcher").mkdir()  # only the builder's folder: no importable launcher package here
+    (tmp_path / "launcher" / "container_image").symlink_to(ROOT / "launcher" / "container_image")
     done = run_page(ROOT / "docs" / "tutorials" / "containers.md", tmp_path, links=("tests", "build"))
     print(done.stdout[-6000:])
     assert done.returncode == 0, done.stdout[-4000:]

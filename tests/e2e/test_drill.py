@@ -7,14 +7,14 @@ import json
 
 import pytest
 
-from conftest import JOBS, TEST_JOBS, jaxlaunch
+from conftest import EXAMPLES, TEST_JOBS, jaxlaunch
 
 pytestmark = pytest.mark.e2e
 
 
 def test_the_training_job_passes_the_drill_with_the_three_local_faults(tmp_path):
     folder = tmp_path / "drill"
-    result = jaxlaunch("drill", JOBS / "train_data_parallel.yaml", "--set", "params.steps=40",
+    result = jaxlaunch("drill", EXAMPLES / "train_data_parallel.yaml", "--set", "params.steps=40",
                        "--set", "params.checkpoint_every=10", "--set", "params.step_seconds=0.05", "--seed", "1",
                        "--run-dir", folder, timeout=300)
     assert result.returncode == 0, result.stderr[-4000:]
@@ -47,7 +47,7 @@ def test_a_job_that_never_checkpoints_and_ignores_notices_fails_the_drill_and_sa
 def test_the_programs_own_hang_at_one_step_is_stopped_by_the_governor_after_two_attempts(tmp_path):
     # seed 5: rank 1 hangs in its report of step 34 on every attempt (max_restarts 3; checkpoints every 10)
     folder = tmp_path / "drill"
-    result = jaxlaunch("drill", JOBS / "train_data_parallel.yaml", "--set", "params.steps=40",
+    result = jaxlaunch("drill", EXAMPLES / "train_data_parallel.yaml", "--set", "params.steps=40",
                        "--set", "params.checkpoint_every=10", "--set", "params.step_seconds=0.05", "--seed", "5",
                        "--faults", "repeat", "--run-dir", folder, timeout=300)
     assert result.returncode == 0, result.stderr[-4000:]
@@ -59,7 +59,7 @@ def test_the_programs_own_hang_at_one_step_is_stopped_by_the_governor_after_two_
 
 
 def test_an_unknown_fault_is_a_usage_error():
-    result = jaxlaunch("drill", JOBS / "train_data_parallel.yaml", "--faults", "meteor")
+    result = jaxlaunch("drill", EXAMPLES / "train_data_parallel.yaml", "--faults", "meteor")
     assert result.returncode == 2 and "meteor: choose from kill, preempt, hang" in result.stderr
 
 

@@ -137,10 +137,10 @@ def test_an_unregistered_backend_is_a_usage_error_naming_the_registry(tmp_path):
 
 
 def test_drill_target_fake_injects_through_the_fake_backend(tmp_path):
-    from conftest import JOBS, jaxlaunch
+    from conftest import EXAMPLES, jaxlaunch
 
     folder = tmp_path / "drill"
-    result = jaxlaunch("drill", JOBS / "train_data_parallel.yaml", "--target", "fake", "--set", "params.steps=40",
+    result = jaxlaunch("drill", EXAMPLES / "train_data_parallel.yaml", "--target", "fake", "--set", "params.steps=40",
                        "--set", "params.checkpoint_every=10", "--set", "params.step_seconds=0.05", "--seed", "5",
                        "--faults", "kill,hang,repeat", "--run-dir", folder, env=cli_env(tmp_path), cwd=tmp_path,
                        timeout=400)
@@ -151,6 +151,6 @@ def test_drill_target_fake_injects_through_the_fake_backend(tmp_path):
     for trial in report["trials"]:  # each run went through the fake scheduler, not `jaxlaunch run`
         status = json.loads((folder / trial["run_dir"].rpartition("/")[2] / "status.json").read_text())
         assert status["backend"] == "fake" and status["job_id"].startswith("fake-"), status
-    refused = jaxlaunch("drill", JOBS / "train_data_parallel.yaml", "--target", "fake", "--faults", "node",
+    refused = jaxlaunch("drill", EXAMPLES / "train_data_parallel.yaml", "--target", "fake", "--faults", "node",
                         env=cli_env(tmp_path), cwd=tmp_path)
     assert refused.returncode == 2 and "node: choose from kill, hang, repeat (node: with --target slurm)" in refused.stderr

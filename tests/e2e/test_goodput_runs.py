@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import JOBS, jaxlaunch
+from conftest import EXAMPLES, jaxlaunch
 from launcher import goodput as gp
 
 JAXLAUNCH = str(Path(sys.executable).parent / "jaxlaunch")
-TRAIN = JOBS / "train_data_parallel.yaml"
+TRAIN = EXAMPLES / "train_data_parallel.yaml"
 
 
 def test_goodput_of_a_run_that_crashed_was_preempted_and_resumed(tmp_path):
@@ -70,10 +70,10 @@ def test_a_sweep_gets_its_tasks_goodput_summed_and_a_curve_per_configuration(tmp
     pytest.importorskip("matplotlib")
     sweep_dir = tmp_path / "sweep"
     spec = tmp_path / "sweep.yaml"
-    spec.write_text((JOBS / "sweep_train.yaml").read_text().replace("[0.01, 0.03, 0.1]", "[0.03, 0.1]")
+    spec.write_text((EXAMPLES / "sweep_train.yaml").read_text().replace("[0.01, 0.03, 0.1]", "[0.03, 0.1]")
                     .replace("params.seed: [0, 1]", "params.seed: [0]")
                     .replace("entrypoint: train_data_parallel.py:main",
-                             f"entrypoint: {JOBS / 'train_data_parallel.py'}:main"))
+                             f"entrypoint: {EXAMPLES / 'train_data_parallel.py'}:main"))
     ran = jaxlaunch("run", spec, "--run-dir", sweep_dir, "--set", "params.steps=10", timeout=300)
     assert ran.returncode == 0, ran.stderr
     tasks = sorted(p for p in sweep_dir.iterdir() if (p / "status.json").exists())

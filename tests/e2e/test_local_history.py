@@ -3,12 +3,12 @@ completion, which Click generates, is in tests/unit/test_shell_completion.py).""
 
 import os
 
-from conftest import JOBS, TEST_JOBS, jaxlaunch
+from conftest import EXAMPLES, TEST_JOBS, jaxlaunch
 
 
 def test_status_lists_recent_local_runs_and_logs_reads_them(tmp_path):
     env = {**os.environ, "JAXLAUNCH_HOME": str(tmp_path / "home")}  # no Slurm jobs known
-    assert jaxlaunch("run", JOBS / "normalize.yaml", cwd=tmp_path, env=env).returncode == 0
+    assert jaxlaunch("run", EXAMPLES / "normalize.yaml", cwd=tmp_path, env=env).returncode == 0
     assert jaxlaunch("run", TEST_JOBS / "fail_on_rank.yaml", cwd=tmp_path, env=env).returncode == 1
     status = jaxlaunch("status", cwd=tmp_path, env=env)
     assert status.returncode == 0, status.stderr

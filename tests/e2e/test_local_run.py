@@ -6,13 +6,13 @@ import time
 import numpy as np
 import pytest
 
-from conftest import JOBS, TEST_JOBS, jaxlaunch
+from conftest import BENCHMARKS, EXAMPLES, TEST_JOBS, jaxlaunch
 
 pytestmark = pytest.mark.e2e
 
 
 def test_normalize_job(tmp_path):
-    result = jaxlaunch("run", JOBS / "normalize.yaml", "--run-dir", tmp_path / "run")
+    result = jaxlaunch("run", EXAMPLES / "normalize.yaml", "--run-dir", tmp_path / "run")
     assert result.returncode == 0, result.stdout + result.stderr
     values = json.loads((tmp_path / "run" / "result.json").read_text())["values"]
     reference = np.arange(1, 5) / np.arange(1, 5).sum()
@@ -27,7 +27,7 @@ def test_normalize_job(tmp_path):
 
 
 def test_convolve_job_gathers_rows_in_order(tmp_path):
-    result = jaxlaunch("run", JOBS / "convolve.yaml", "--run-dir", tmp_path / "run", "--set", "params.row_offset=1")
+    result = jaxlaunch("run", EXAMPLES / "convolve.yaml", "--run-dir", tmp_path / "run", "--set", "params.row_offset=1")
     assert result.returncode == 0, result.stdout + result.stderr
     rows = json.loads((tmp_path / "run" / "result.json").read_text())["values"]
     expected = [[11 + 9 * b, 20 + 9 * b, 29 + 9 * b] for b in range(8)]
@@ -35,7 +35,7 @@ def test_convolve_job_gathers_rows_in_order(tmp_path):
 
 
 def test_convolve_default_rows_are_the_tutorial_result(tmp_path):
-    result = jaxlaunch("run", JOBS / "convolve.yaml", "--run-dir", tmp_path / "run",
+    result = jaxlaunch("run", EXAMPLES / "convolve.yaml", "--run-dir", tmp_path / "run",
                        "--set", "processes_per_node=1", "--set", "nodes=2", "--set", "devices_per_process=1",
                        "--set", "params.batch=4")
     assert result.returncode == 0, result.stdout + result.stderr
@@ -86,7 +86,7 @@ def test_topology_env_and_array_results(tmp_path):
 
 def test_benchmark_job_runs_and_writes_table_json_and_plot(tmp_path):
     """A small run of the benchmark job: every method runs and agrees; timings are not judged here."""
-    result = jaxlaunch("run", JOBS / "bench_allreduce.yaml", "--run-dir", tmp_path / "run",
+    result = jaxlaunch("run", BENCHMARKS / "bench_allreduce.yaml", "--run-dir", tmp_path / "run",
                        "--set", "params.sizes=[8, 4096]", "--set", "params.repeat_scale=0.05", "--set", "params.runs=2",
                        "--set", "params.tree_leaves=10", "--set", "params.tree_bytes=40960", timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -122,7 +122,7 @@ def test_a_benchmark_without_matplotlib_says_so_first_and_keeps_its_table(tmp_pa
     hidden.mkdir()
     (hidden / "matplotlib.py").write_text('raise ImportError("matplotlib hidden for the test")\n')
     run_dir = tmp_path / "run"
-    result = jaxlaunch("run", JOBS / "bench_allreduce.yaml", "--run-dir", run_dir, "--set", "params.sizes=[8]",
+    result = jaxlaunch("run", BENCHMARKS / "bench_allreduce.yaml", "--run-dir", run_dir, "--set", "params.sizes=[8]",
                        "--set", "params.repeat_scale=0.01", "--set", "params.runs=1", "--set", "params.tree_leaves=2",
                        "--set", "params.tree_bytes=1024", "--set", f"env.PYTHONPATH={hidden}", timeout=300)
     assert result.returncode == 0, result.stderr
@@ -177,7 +177,7 @@ def train(tmp_path, **layout):
     from launcher import load_result
 
     settings = [arg for key, value in layout.items() for arg in ("--set", f"{key}={value}")]
-    result = jaxlaunch("run", JOBS / "train_data_parallel.yaml", "--run-dir", tmp_path / "run",
+    result = jaxlaunch("run", EXAMPLES / "train_data_parallel.yaml", "--run-dir", tmp_path / "run",
                        "--set", "params.steps=30", "--set", "params.checkpoint_every=0", *settings)
     assert result.returncode == 0, result.stdout + result.stderr
     return load_result(tmp_path / "run")
@@ -187,10 +187,10 @@ def test_sharded_mlp_matches_numpy_backprop(tmp_path):
     """Model-parallel weights, data-parallel processes: the final weights equal plain NumPy
     gradient descent on both processes' data."""
     import sys
-    sys.path.insert(0, str(JOBS))
+    sys.path.insert(0, str(EXAMPLES))
     from sharded_mlp import batch, init
 
-    result = jaxlaunch("run", JOBS / "sharded_mlp.yaml", "--run-dir", tmp_path / "run", "--set", "params.steps=5")
+    result = jaxlaunch("run", EXAMPLES / "sharded_mlp.yaml", "--run-dir", tmp_path / "run", "--set", "params.steps=5")
     assert result.returncode == 0, result.stdout + result.stderr
     from launcher import load_result
     out = load_result(tmp_path / "run")
@@ -216,7 +216,7 @@ def test_sharded_mlp_matches_numpy_backprop(tmp_path):
 def test_matmul_benchmark_job_runs(tmp_path):
     """The job checks every method against NumPy itself (it fails otherwise); here: the default
     layout (2 processes x 2 devices) runs and reports every method, with its cores, and the plot."""
-    result = jaxlaunch("run", JOBS / "bench_matmul.yaml", "--run-dir", tmp_path / "run",
+    result = jaxlaunch("run", BENCHMARKS / "bench_matmul.yaml", "--run-dir", tmp_path / "run",
                        "--set", "params.shapes=[[4, 16, 16, 16]]", "--set", "params.repeats=3")
     assert result.returncode == 0, result.stdout + result.stderr
     report = json.loads((tmp_path / "run" / "bench.json").read_text())
@@ -240,11 +240,11 @@ def test_matmul_benchmark_job_runs(tmp_path):
 def test_global_mesh_model_parallel_across_processes_matches_numpy(tmp_path):
     """jax_distributed: one jit over the 4 devices of 2 processes, weights split over all 4."""
     import sys
-    sys.path.insert(0, str(JOBS))
+    sys.path.insert(0, str(EXAMPLES))
     from global_mesh import global_batch, init, numpy_reference
     from launcher import load_result
 
-    result = jaxlaunch("run", JOBS / "global_mesh.yaml", "--run-dir", tmp_path / "run", "--set", "params.steps=8",
+    result = jaxlaunch("run", EXAMPLES / "global_mesh.yaml", "--run-dir", tmp_path / "run", "--set", "params.steps=8",
                        "--set", "jax_distributed_timeout=2m")
     assert result.returncode == 0, result.stdout + result.stderr
     out = load_result(tmp_path / "run")
@@ -277,7 +277,7 @@ def test_a_file_the_job_never_closed_is_still_written(tmp_path):
 def test_checkpoint_benchmark_job_runs_every_writer_and_restores(tmp_path):
     """A small size only (the figures come from the full run docs/design/preemption.md quotes): every writer
     that is installed gets a row, both restores of ours are timed, the plot is written."""
-    result = jaxlaunch("run", JOBS / "bench_checkpoint.yaml", "--run-dir", tmp_path / "run",
+    result = jaxlaunch("run", BENCHMARKS / "bench_checkpoint.yaml", "--run-dir", tmp_path / "run",
                        "--set", "params.sizes_mib=[8]", "--set", "params.repeats=1")
     assert result.returncode == 0, result.stdout + result.stderr
     report = json.loads((tmp_path / "run" / "bench.json").read_text())

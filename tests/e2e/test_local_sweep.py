@@ -6,14 +6,14 @@ import json
 
 import pytest
 
-from conftest import JOBS, jaxlaunch
+from conftest import EXAMPLES, jaxlaunch
 from launcher.sweeps.directory import SweepDirectory
 
 
 @pytest.mark.e2e
 def test_local_sweep_two_at_a_time_one_injected_failure_keeps_the_other_five(tmp_path):
     sweep_dir = tmp_path / "sweep"
-    result = jaxlaunch("run", JOBS / "sweep_train.yaml", "--max-parallel", "2", "--set", "params.steps=20",
+    result = jaxlaunch("run", EXAMPLES / "sweep_train.yaml", "--max-parallel", "2", "--set", "params.steps=20",
                        "--set", "params.fail_when={seed: 1, learning_rate: 0.03}", "--run-dir", sweep_dir,
                        timeout=300)
     assert result.returncode == 1, result.stderr  # one configuration failed

@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from conftest import JOBS, jaxlaunch
+from conftest import EXAMPLES, jaxlaunch
 from supervision_helpers import control_records, rank_pid, wait_for_file
 from preemption_helpers import (TRAIN, TRAIN_SETTINGS, assert_same_training, events, load_result,
                                 reference_result, start, wait_for_checkpoint)
@@ -55,7 +55,7 @@ def test_sigusr2_checkpoints_and_resume_is_bit_identical(reference, tmp_path):
 
 def test_resume_refuses_what_it_cannot_continue(tmp_path):
     done = tmp_path / "done"
-    assert jaxlaunch("run", JOBS / "normalize.yaml", "--run-dir", done, timeout=120).returncode == 0
+    assert jaxlaunch("run", EXAMPLES / "normalize.yaml", "--run-dir", done, timeout=120).returncode == 0
     result = jaxlaunch("run", "--resume", done)
     assert result.returncode == 2
     assert f"--resume {done}: that run COMPLETED; there is nothing to continue" in result.stderr
@@ -90,7 +90,7 @@ def test_usr2_to_one_rank_stops_every_rank_at_the_same_step(tmp_path):
 def test_a_job_that_never_checks_ignores_the_notice_and_completes(tmp_path):
     """SIGUSR2 never kills a rank: a job without should_stop() just finishes."""
     run_dir = tmp_path / "run"
-    process = start("run", JOBS / "normalize.yaml", "--run-dir", run_dir)
+    process = start("run", EXAMPLES / "normalize.yaml", "--run-dir", run_dir)
     wait_for_file(run_dir / "logs" / "rank-1.log", 60, process)
     process.send_signal(signal.SIGUSR2)
     os.kill(rank_pid(run_dir, 0), signal.SIGUSR2)

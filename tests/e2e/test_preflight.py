@@ -8,11 +8,11 @@ import os
 import subprocess
 import sys
 
-from conftest import JOBS, jaxlaunch
+from conftest import EXAMPLES, jaxlaunch
 
 
 def test_identical_ranks_pass_and_the_report_is_saved(tmp_path):
-    result = jaxlaunch("run", JOBS / "normalize.yaml", "--run-dir", tmp_path / "run")
+    result = jaxlaunch("run", EXAMPLES / "normalize.yaml", "--run-dir", tmp_path / "run")
     assert result.returncode == 0, result.stderr
     document = json.loads((tmp_path / "run" / "preflight.json").read_text())
     assert document["ok"] and document["problems"] == [] and [r["rank"] for r in document["ranks"]] == [0, 1]
@@ -28,7 +28,7 @@ def test_a_rank_with_another_mpi4jax_fails_fast_naming_it(tmp_path):
     shadow = tmp_path / "other-venv"
     (shadow / "mpi4jax-0.0.1.dist-info").mkdir(parents=True)
     (shadow / "mpi4jax-0.0.1.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: mpi4jax\nVersion: 0.0.1\n")
-    spec = load_spec(JOBS / "normalize.yaml")
+    spec = load_spec(EXAMPLES / "normalize.yaml")
     run = RunDirectory.create(spec, tmp_path / "run")
     plan = plan_local_run(spec, run, find_mpirun(), sys.executable, os.geteuid() == 0)
     mpirun, flags = plan.argv[0], [a for a in plan.argv[1:plan.argv.index(sys.executable)] if a not in ("-n", "2")]

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import JOBS, ROOT, TEST_JOBS, jaxlaunch
+from conftest import EXAMPLES, ROOT, TEST_JOBS, jaxlaunch
 from supervision_helpers import assert_no_process_survives, wait_for_file
 
 pytestmark = pytest.mark.e2e
-PROGRAMS = JOBS / "programs"
+PROGRAMS = EXAMPLES / "programs"
 MISBEHAVE = TEST_JOBS / "programs" / "misbehave_script.py"
 
 

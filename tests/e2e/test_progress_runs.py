@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from conftest import JOBS, jaxlaunch
+from conftest import EXAMPLES, jaxlaunch
 
 JAXLAUNCH = str(Path(sys.executable).parent / "jaxlaunch")
 
 
 def test_status_shows_step_rate_and_eta_of_a_running_local_job(tmp_path):
     run_dir = tmp_path / "run"
-    process = subprocess.Popen([JAXLAUNCH, "run", str(JOBS / "train_data_parallel.yaml"), "--run-dir", str(run_dir),
+    process = subprocess.Popen([JAXLAUNCH, "run", str(EXAMPLES / "train_data_parallel.yaml"), "--run-dir", str(run_dir),
                                 "--set", "params.steps=80", "--set", "params.step_seconds=0.1"],
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
@@ -48,7 +48,7 @@ def test_status_shows_step_rate_and_eta_of_a_running_local_job(tmp_path):
 def test_watch_draws_a_running_job_in_a_terminal_and_exits_with_its_code(tmp_path):
     run_dir = tmp_path / "run"
     session = f"jaxlaunch-watch-{tmp_path.name}"[:60]
-    job = subprocess.Popen([JAXLAUNCH, "run", str(JOBS / "train_data_parallel.yaml"), "--run-dir", str(run_dir),
+    job = subprocess.Popen([JAXLAUNCH, "run", str(EXAMPLES / "train_data_parallel.yaml"), "--run-dir", str(run_dir),
                             "--set", "params.steps=80", "--set", "params.step_seconds=0.1"],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:

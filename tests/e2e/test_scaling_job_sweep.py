@@ -1,4 +1,4 @@
-"""The scaling job (jobs/scaling.py, jobs/scaling.yaml) and its report (jobs/scaling_report.py) end to
+"""The scaling job (jobs/benchmarks/scaling.py, scaling.yaml) and its report (scaling_report.py) end to
 end: the 4-configuration sweep with tiny sizes under mpirun, then the report. Timings are checked for
 being there, finite and positive, never for their values: this is a test, not a benchmark. The
 report's arithmetic and failure messages, on fake sweeps, are in tests/unit/test_scaling_job.py."""
@@ -10,9 +10,9 @@ import sys
 
 import pytest
 
-from conftest import JOBS, jaxlaunch
+from conftest import BENCHMARKS, jaxlaunch
 
-REPORT = JOBS / "scaling_report.py"
+REPORT = BENCHMARKS / "scaling_report.py"
 TINY = ["params.batch=32", "params.features=16", "params.hidden=32", "params.layers=2",
         "params.steps=5", "params.warmup=2"]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -30,7 +30,7 @@ def is_positive(value):
 def test_sweep_and_report_end_to_end(tmp_path):
     sweep_dir = tmp_path / "scaling"
     sets = [arg for item in TINY for arg in ("--set", item)]
-    run = jaxlaunch("run", JOBS / "scaling.yaml", "--run-dir", sweep_dir, "--sweep", "params.repeat=0", *sets,
+    run = jaxlaunch("run", BENCHMARKS / "scaling.yaml", "--run-dir", sweep_dir, "--sweep", "params.repeat=0", *sets,
                     timeout=300)
     assert run.returncode == 0, run.stdout + run.stderr
     assert "sweep of 4 configurations" in run.stderr + run.stdout

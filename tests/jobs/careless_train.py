@@ -1,4 +1,4 @@
-"""A copy of jobs/train_data_parallel.py's loop as a careless team writes it: the same data-parallel
+"""A copy of jobs/examples/train_data_parallel.py's loop as a careless team writes it: the same data-parallel
 step and reports, but it never checkpoints and never asks ctx.should_stop(). `jaxlaunch drill` must
 fail it (tests/e2e/test_drill.py): a preemption notice is ignored, a killed rank costs every step."""
 

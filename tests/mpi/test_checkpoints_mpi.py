@@ -1,6 +1,6 @@
 """ctx.checkpoints across real MPI ranks: replicated state written once and spread over the ranks,
 one data file per rank, per_rank=True, an error on any rank (bad input, a background write, a
-restore) raised on every rank, the same step saved twice (as jobs/train_data_parallel.py does) and
+restore) raised on every rank, the same step saved twice (as jobs/examples/train_data_parallel.py does) and
 a save stopped between its two renames. Written for any MPI size: run as
 `pytest --with-mpi tests/mpi` and `mpirun -n 2 python -m pytest --with-mpi tests/mpi`.
 Each rank gathers its outcome before asserting, so a failing rank does not leave the others hanging."""
@@ -96,7 +96,7 @@ def test_a_restore_that_fails_on_the_last_rank_raises_on_every_rank(comm, shared
 
 
 def test_the_same_step_saved_twice_then_restored_like_the_initial_state(comm, shared_dir):
-    """jobs/train_data_parallel.py: a periodic save of step 5, then the should_stop save of step 5."""
+    """jobs/examples/train_data_parallel.py: a periodic save of step 5, then the should_stop save of step 5."""
     rank = comm.Get_rank()
     stack = jax.pmap(lambda a: a)
     n = jax.local_device_count()

@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 
-from conftest import JOBS, TEST_JOBS, jaxlaunch
+from conftest import BENCHMARKS, EXAMPLES, TEST_JOBS, jaxlaunch
 
 pytestmark = pytest.mark.slurm
 
@@ -28,7 +28,7 @@ def read_values(run_dir):
 @pytest.mark.parametrize("launch", ["mpirun", "srun"])
 def test_normalize_on_two_nodes(slurm_env, tmp_path, launch):
     run_dir = tmp_path / "run"
-    result = run_ok("submit", JOBS / "normalize.yaml", "--set", "nodes=2", "--set", f"slurm.launch={launch}",
+    result = run_ok("submit", EXAMPLES / "normalize.yaml", "--set", "nodes=2", "--set", f"slurm.launch={launch}",
                     "--wait", "--run-dir", run_dir, env=slurm_env)
     job_id = re.search(r"Submitted job (\S+?);", result.stderr).group(1)
     assert result.stderr.startswith(f"Submitted job {job_id}; run directory: {run_dir}\n")
@@ -84,7 +84,7 @@ def test_cancel_a_sleeping_job(slurm_env, slurm_cluster, tmp_path):
 
 def test_sbatch_rejection_shows_sbatch_message(slurm_env, tmp_path):
     # --no-check: jaxlaunch's own check would refuse the partition first (test_slurm_explain.py)
-    result = jaxlaunch("submit", JOBS / "normalize.yaml", "--set", "slurm.partition=nosuchpartition",
+    result = jaxlaunch("submit", EXAMPLES / "normalize.yaml", "--set", "slurm.partition=nosuchpartition",
                        "--run-dir", tmp_path / "run", "--no-check", env=slurm_env)
     assert result.returncode == 1
     assert "Error: command failed (exit code 1): sbatch --parsable" in result.stderr
@@ -234,10 +234,10 @@ def test_unknown_job_ids_and_ranks_are_exit_2_on_a_real_cluster(slurm_env, tmp_p
 
 
 def test_the_overhead_benchmark_runs_as_the_readme_quotes_it(slurm_env, tmp_path):
-    """`jaxlaunch run jobs/bench_launch.yaml --set params.submit=true` against the cluster, one pair
+    """`jaxlaunch run jobs/benchmarks/bench_launch.yaml --set params.submit=true` against the cluster, one pair
     each: the job docs/benchmarks.md's overhead figures come from keeps working (no timing is asserted)."""
-    result = jaxlaunch("run", JOBS / "bench_launch.yaml", "--set", "params.submit=true", "--set", "params.repeats=1",
-                       "--run-dir", tmp_path / "run", env=slurm_env, timeout=300)
+    result = jaxlaunch("run", BENCHMARKS / "bench_launch.yaml", "--set", "params.submit=true", "--set",
+                       "params.repeats=1", "--run-dir", tmp_path / "run", env=slurm_env, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     bench = json.loads((tmp_path / "run" / "bench.json").read_text())
     assert set(bench["medians"]) == {"launch", "submit"}
@@ -248,7 +248,7 @@ def test_the_overhead_benchmark_runs_as_the_readme_quotes_it(slurm_env, tmp_path
 
 def test_status_shows_the_progress_of_a_running_slurm_job(slurm_env, tmp_path):
     run_dir = tmp_path / "run"
-    submitted = run_ok("submit", JOBS / "train_data_parallel.yaml", "--set", "params.steps=80",
+    submitted = run_ok("submit", EXAMPLES / "train_data_parallel.yaml", "--set", "params.steps=80",
                        "--set", "params.step_seconds=0.1", "--parsable", "--run-dir", run_dir, env=slurm_env)
     job_id = submitted.stdout.strip()
     deadline = time.monotonic() + 120
@@ -294,7 +294,7 @@ def test_the_slow_rank_is_named_and_nobody_without_one(slurm_env, tmp_path, laun
     for case, extra in (("slow", ["--set", "params.slow_rank=1", "--set", "params.slow_seconds=0.05"]),
                         ("even", [])):
         run_dir = tmp_path / case
-        result = run_ok("submit", JOBS / "train_data_parallel.yaml", "--set", "params.steps=60",
+        result = run_ok("submit", EXAMPLES / "train_data_parallel.yaml", "--set", "params.steps=60",
                         "--set", f"slurm.launch={launch}", *extra, "--wait", "--run-dir", run_dir, env=slurm_env)
         job_id = re.search(r"Submitted job (\S+?);", result.stderr).group(1)
         shown[case] = jaxlaunch("status", job_id, env=slurm_env).stdout
@@ -309,7 +309,8 @@ def test_a_percent_in_the_run_directory_reaches_slurm_as_itself(slurm_env, tmp_p
     """Slurm expands %u, %j... in --output: the log of a run directory named `50%u` went to `50root`
     (issue 30). Doubled, it lands in the run directory, where `jaxlaunch logs` reads it."""
     run_dir = tmp_path / "50%u_run"
-    job_id = run_ok("submit", JOBS / "normalize.yaml", "--parsable", "--run-dir", run_dir, env=slurm_env).stdout.strip()
+    job_id = run_ok("submit", EXAMPLES / "normalize.yaml", "--parsable", "--run-dir", run_dir,
+                    env=slurm_env).stdout.strip()
     deadline = time.monotonic() + 120
     while json.loads((run_dir / "status.json").read_text())["state"] not in ("COMPLETED", "FAILED"):
         assert time.monotonic() < deadline, "the job did not end"

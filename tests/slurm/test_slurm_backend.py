@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from conftest import JOBS, jaxlaunch
+from conftest import EXAMPLES, jaxlaunch
 from slurm_call_counter import SlurmCallCounter
 
 pytestmark = pytest.mark.slurm
@@ -26,7 +26,7 @@ def scancel(slurm_env, *ids):
 def test_status_of_50_jobs_makes_at_most_3_scheduler_calls(slurm_env, counter, tmp_path):
     ids = []
     for number in range(50):
-        result = jaxlaunch("submit", JOBS / "trivial.yaml", "--parsable", "--no-check", *HELD,
+        result = jaxlaunch("submit", EXAMPLES / "trivial.yaml", "--parsable", "--no-check", *HELD,
                            "--run-dir", tmp_path / f"run{number}", env=slurm_env)
         assert result.returncode == 0, result.stderr
         ids.append(result.stdout.strip())
@@ -53,7 +53,7 @@ def test_twenty_handles_waiting_on_an_array_share_their_queries(slurm_env, count
     """A notebook waiting on every task of a 20-task array: one batched, backing-off watcher."""
     import launcher
 
-    result = jaxlaunch("submit", JOBS / "trivial.yaml", "--parsable", "--no-check", *HELD,
+    result = jaxlaunch("submit", EXAMPLES / "trivial.yaml", "--parsable", "--no-check", *HELD,
                        "--sweep", "params.x=range(20)", "--run-dir", tmp_path / "sweep", env=slurm_env)
     assert result.returncode == 0, result.stderr
     array = result.stdout.strip()
@@ -91,7 +91,7 @@ def test_an_srun_job_submits_and_runs_from_a_login_node_without_mpirun(slurm_env
     def no_mpirun():
         raise UsageError("mpirun not found")
     monkeypatch.setattr("launcher.backends.slurm.submission.find_mpirun", no_mpirun)
-    job = launcher.submit(JOBS / "normalize.yaml", overrides=["nodes=2", "slurm.launch=srun"],
+    job = launcher.submit(EXAMPLES / "normalize.yaml", overrides=["nodes=2", "slurm.launch=srun"],
                           run_dir=tmp_path / "run")
     assert job.wait(timeout=180) == "COMPLETED", job.logs()
     assert abs(sum(job.result()["values"]) - 1) < 1e-6
@@ -99,7 +99,7 @@ def test_an_srun_job_submits_and_runs_from_a_login_node_without_mpirun(slurm_env
 
 
 def test_a_broken_setup_line_is_refused_before_sbatch(slurm_env, counter, tmp_path):
-    result = jaxlaunch("submit", JOBS / "trivial.yaml", "--set", "setup=['module load x', 'echo \"oops']",
+    result = jaxlaunch("submit", EXAMPLES / "trivial.yaml", "--set", "setup=['module load x', 'echo \"oops']",
                        "--run-dir", tmp_path / "run", env=counter.env(slurm_env))
     assert result.returncode == 2
     assert result.stderr.startswith("Error: setup[1] ('echo \"oops') is not valid bash: unexpected EOF")

@@ -1,4 +1,4 @@
-"""Containers on the local Slurm cluster: jobs/normalize.yaml on two nodes with every rank in a
+"""Containers on the local Slurm cluster: jobs/examples/normalize.yaml on two nodes with every rank in a
 charliecloud image, under mpirun inside the allocation (the hybrid model: the host's mpirun and its
 daemons, one ch-run per rank) and under srun --mpi=pmix. Rendering for apptainer and pyxis, which
 this machine cannot run, is covered by golden files in test_render.py."""
@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from conftest import JOBS, ROOT, jaxlaunch
+from conftest import EXAMPLES, ROOT, jaxlaunch
 
 pytestmark = pytest.mark.slurm
 
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.slurm
 def test_normalize_on_two_nodes_in_a_charliecloud_image(slurm_env, charliecloud_image, tmp_path, launch):
     run_dir = tmp_path / "run"
     env = {**slurm_env, "USER": slurm_env.get("USER") or getpass.getuser()}  # ch-run needs it; sbatch passes it on
-    result = jaxlaunch("submit", JOBS / "normalize.yaml", "--set", "nodes=2", "--set", f"slurm.launch={launch}",
+    result = jaxlaunch("submit", EXAMPLES / "normalize.yaml", "--set", "nodes=2", "--set", f"slurm.launch={launch}",
                        "--set", "container.runtime=charliecloud", "--set", f"container.image={charliecloud_image}",
                        "--wait", "--run-dir", run_dir, env=env, cwd=ROOT, timeout=240)
     assert result.returncode == 0, result.stdout + result.stderr

@@ -8,14 +8,14 @@ import json
 
 import pytest
 
-from conftest import JOBS, jaxlaunch
+from conftest import EXAMPLES, jaxlaunch
 
 pytestmark = pytest.mark.slurm
 
 
 def test_the_training_job_passes_the_slurm_drill_with_a_node_set_down(slurm_env, slurm_cluster, tmp_path):
     folder = tmp_path / "drill"
-    result = jaxlaunch("drill", JOBS / "train_data_parallel.yaml", "--target", "slurm",
+    result = jaxlaunch("drill", EXAMPLES / "train_data_parallel.yaml", "--target", "slurm",
                        "--faults", "node,kill", "--seed", "7",
                        "--set", "slurm.partition=wide", "--set", "slurm.spare_nodes=1",
                        "--set", "params.steps=40", "--set", "params.checkpoint_every=10",
@@ -38,6 +38,6 @@ def test_the_training_job_passes_the_slurm_drill_with_a_node_set_down(slurm_env,
 
 
 def test_the_node_fault_needs_slurm():
-    result = jaxlaunch("drill", JOBS / "train_data_parallel.yaml", "--faults", "node")
+    result = jaxlaunch("drill", EXAMPLES / "train_data_parallel.yaml", "--faults", "node")
     assert result.returncode == 2 and "node: choose from kill, preempt, hang, repeat (node: with --target slurm)" in \
         result.stderr

@@ -4,10 +4,10 @@ import subprocess
 
 import pytest
 
-from conftest import JOBS, jaxlaunch
+from conftest import EXAMPLES, jaxlaunch
 
 pytestmark = pytest.mark.slurm
-SPEC = JOBS / "normalize.yaml"
+SPEC = EXAMPLES / "normalize.yaml"
 
 
 def jobs_in_queue(slurm_env):

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import JOBS, TEST_JOBS, jaxlaunch
+from conftest import EXAMPLES, TEST_JOBS, jaxlaunch
 from preemption_helpers import (TRAIN, TRAIN_SETTINGS, assert_same_training, events, load_result,
                                 reference_result, wait_for_checkpoint)
 from supervision_helpers import assert_no_process_survives
@@ -157,7 +157,7 @@ def test_a_node_that_fails_the_health_check_is_excluded_before_the_ranks_start(s
     check = (f'if mkdir {marks}/lock 2>/dev/null; then echo $SLURMD_NODENAME > {marks}/bad; '
              f'echo "GPU 0 fell off the bus"; exit 1; fi; '
              f'test "$(cat {marks}/bad 2>/dev/null)" != "$SLURMD_NODENAME"')
-    job_id = submit(slurm_env, JOBS / "normalize.yaml", run_dir, "--set", "nodes=2",
+    job_id = submit(slurm_env, EXAMPLES / "normalize.yaml", run_dir, "--set", "nodes=2",
                     "--set", f"slurm.health_check={check}")
     assert wait_for_end(slurm_env, job_id, timeout=180) == "COMPLETED"
     bad = (marks / "bad").read_text().strip()

@@ -17,7 +17,7 @@ import time
 import numpy as np
 import pytest
 
-from conftest import JOBS, jaxlaunch
+from conftest import EXAMPLES, jaxlaunch
 from preemption_helpers import (TRAIN, TRAIN_SETTINGS, assert_same_training, events, load_result,
                                 reference_result, wait_for_checkpoint)
 
@@ -171,12 +171,12 @@ def test_spent_requeues_end_the_job_failed_with_the_reason(slurm_env, tmp_path):
     assert not (run_dir / "result.json").exists()
 
 
-GLOBAL_MESH = JOBS / "global_mesh.yaml"
+GLOBAL_MESH = EXAMPLES / "global_mesh.yaml"
 GLOBAL_SETTINGS = ["--set", "params.steps=60", "--set", "params.checkpoint_every=15"]
 
 
 def test_a_global_mesh_job_checkpoints_its_sharded_weights_and_resumes_bit_identical(slurm_env, tmp_path):
-    """jobs/global_mesh.py: weights split over the 4 devices of 2 processes (jax.distributed), so
+    """jobs/examples/global_mesh.py: weights split over the 4 devices of 2 processes (jax.distributed), so
     each process saves only the shards it owns. A time-limit notice stops it at an agreed step;
     the requeued job restores the shards onto its mesh and ends with the same bits as a run that
     was never stopped."""

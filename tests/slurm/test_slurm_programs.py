@@ -18,12 +18,12 @@ import time
 import numpy as np
 import pytest
 
-from conftest import JOBS, TEST_JOBS, jaxlaunch
+from conftest import EXAMPLES, TEST_JOBS, jaxlaunch
 
 pytestmark = pytest.mark.slurm
 
-SOLVER = JOBS / "programs" / "mpi4jax_solver.yaml"  # its args: --size 64 --iterations 50
-TRAIN = JOBS / "programs" / "global_train.yaml"  # its args: --steps 20; 2 processes per node, 2 devices each
+SOLVER = EXAMPLES / "programs" / "mpi4jax_solver.yaml"  # its args: --size 64 --iterations 50
+TRAIN = EXAMPLES / "programs" / "global_train.yaml"  # its args: --steps 20; 2 processes per node, 2 devices each
 MISBEHAVE = TEST_JOBS / "programs" / "misbehave_script.py"  # a script as SPEC: every other key at its default
 ITERATIONS, GRID = 10, 128  # the solver's: Jacobi sweeps and total grid points (64 x 2 ranks = 32 x 4 ranks)
 STEPS = 5  # global_train's
@@ -186,7 +186,7 @@ def test_a_scripts_sys_exit_3_on_rank_1_fails_the_job_with_exit_code_3(jobs):
     assert "rank 0 done" in run.rank_log(0) and "rank 1 done" not in run.rank_log(1)
 
 
-PREEMPTIBLE = JOBS / "programs" / "preemptible_train.yaml"  # preemption_signal: SIGTERM; its own JAX handler
+PREEMPTIBLE = EXAMPLES / "programs" / "preemptible_train.yaml"  # preemption_signal: SIGTERM; its own JAX handler
 PREEMPTIBLE_STEPS = 60
 
 
@@ -197,7 +197,7 @@ def events_of(run_dir):
 
 def test_a_scripts_own_preemption_handler_hears_the_notice_as_sigterm_and_is_requeued_bit_identically(
         slurm_env, tmp_path):
-    """jobs/programs/preemptible_train.yaml (orbax-style: JAX's preemption sync point, which listens for
+    """jobs/examples/programs/preemptible_train.yaml (orbax-style: JAX's preemption sync point, which listens for
     SIGTERM) on 2 nodes: the notice sbatch --signal=B:USR2@T sends the batch step (the supervisor), given
     with `scancel --batch --signal=USR2`, reaches both ranks as SIGTERM (preemption_signal); they save
     checkpoint.npz at one agreed step and exit 0; jaxlaunch requeues the job (same id), which resumes from

@@ -7,12 +7,12 @@ import time
 
 import pytest
 
-from conftest import JOBS, jaxlaunch
+from conftest import EXAMPLES, jaxlaunch
 from preemption_helpers import start
 
 pytestmark = pytest.mark.slurm
 
-SWEEP = JOBS / "sweep_train.yaml"
+SWEEP = EXAMPLES / "sweep_train.yaml"
 FAST = ["--set", "params.steps=20"]
 
 
@@ -127,7 +127,7 @@ def test_a_sweep_in_several_arrays_by_resources_and_size_runs_every_task(slurm_e
         monkeypatch.setenv(key, value)
     monkeypatch.setattr(array, "max_array_size", lambda: 2)
     sweep_dir = tmp_path / "sweep"
-    submitted = CliRunner().invoke(main, ["submit", str(JOBS / "trivial.yaml"), "--sweep", "nodes=1,2",
+    submitted = CliRunner().invoke(main, ["submit", str(EXAMPLES / "trivial.yaml"), "--sweep", "nodes=1,2",
                                           "--sweep", "params.x=1,2,3", "--run-dir", str(sweep_dir)])
     assert submitted.exit_code == 0, submitted.output
     arrays = json.loads((sweep_dir / "sweep.json").read_text())["arrays"]

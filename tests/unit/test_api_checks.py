@@ -4,12 +4,12 @@ on real local runs are in tests/e2e/test_api.py."""
 import pytest
 
 import launcher
-from conftest import JOBS
+from conftest import EXAMPLES
 from launcher.errors import UsageError
 
 
 def test_a_jobspec_takes_no_overrides(tmp_path):
-    spec = launcher.load_spec(JOBS / "normalize.yaml")
+    spec = launcher.load_spec(EXAMPLES / "normalize.yaml")
     with pytest.raises(UsageError, match="overrides apply to a spec file"):
         launcher.run(spec, overrides=["nodes=2"], run_dir=tmp_path / "run")
 

@@ -13,7 +13,9 @@ import pytest
 from click.testing import CliRunner
 
 import launcher
-from launcher.backends.slurm.backend import SlurmBackend, SlurmJob, SlurmWatcher
+from launcher.backends.slurm.backend import SlurmBackend
+from launcher.backends.slurm.job import SlurmJob
+from launcher.backends.slurm.watcher import SlurmWatcher
 from launcher.cli import main
 from launcher.errors import SpecError, UsageError
 from launcher.rundir import RunDirectory
@@ -138,7 +140,7 @@ def test_wait_backs_off_instead_of_polling_every_half_second(monkeypatch):
         now[0] += seconds
     monkeypatch.setattr("launcher.backends.base.time.sleep", sleep)
     monkeypatch.setattr("launcher.backends.base.time.monotonic", lambda: now[0])
-    monkeypatch.setattr("launcher.backends.slurm.backend.time.monotonic", lambda: now[0])
+    monkeypatch.setattr("launcher.backends.slurm.watcher.time.monotonic", lambda: now[0])
     watcher = SlurmWatcher()
     with pytest.raises(TimeoutError):
         SlurmJob("9", None, watcher).wait(timeout=120)

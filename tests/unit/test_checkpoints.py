@@ -207,7 +207,7 @@ def fail_the_rename_into_place(monkeypatch):
 @pytest.mark.parametrize("how", ["kill -9", "the rename fails"])
 def test_a_save_of_an_existing_step_stopped_between_its_two_renames_leaves_the_old_one_whole(tmp_path, monkeypatch,
                                                                                                 how):
-    """jobs/train_data_parallel.py saves the same step twice (periodic, then at should_stop): the old
+    """jobs/examples/train_data_parallel.py saves the same step twice (periodic, then at should_stop): the old
     step folder is renamed aside (.old-), then the new one in; a stop between the two must not lose it."""
     folder = tmp_path / "checkpoints"
     Synchronous(folder).save(2, {"x": np.full(3, 2.0)})

@@ -48,7 +48,7 @@ def test_unknown_option_is_a_usage_error(write_spec):
 
 
 def test_dry_run_prints_the_exact_command_and_environment(tmp_path):
-    result = invoke("run", ROOT / "jobs" / "normalize.yaml", "--run-dir", tmp_path / "r", "--dry-run",
+    result = invoke("run", ROOT / "jobs" / "examples" / "normalize.yaml", "--run-dir", tmp_path / "r", "--dry-run",
                     "--set", "env.EXTRA=1 2")
     assert result.exit_code == 0, result.output
     root_flag = " --allow-run-as-root" if __import__("os").geteuid() == 0 else ""
@@ -67,7 +67,7 @@ def test_dry_run_prints_the_exact_command_and_environment(tmp_path):
 def test_run_into_a_used_directory_exits_2(tmp_path):
     (tmp_path / "used").mkdir()
     (tmp_path / "used" / "result.json").write_text("{}")
-    result = invoke("run", ROOT / "jobs" / "normalize.yaml", "--run-dir", tmp_path / "used")
+    result = invoke("run", ROOT / "jobs" / "examples" / "normalize.yaml", "--run-dir", tmp_path / "used")
     assert result.exit_code == 2
     assert result.output == f"Error: run directory {tmp_path / 'used'} already holds files; choose a new or empty one\n"
 

@@ -1,6 +1,6 @@
 """Containers (launcher/container.py, the spec's `container:` section): validation, the command
 each runtime wraps a rank in, `explain` and the preflight's version check. Real runs of
-jobs/normalize.yaml in a charliecloud image under this machine's mpirun are in
+jobs/examples/normalize.yaml in a charliecloud image under this machine's mpirun are in
 tests/e2e/test_containers_charliecloud.py, the Slurm runs in tests/slurm/test_slurm_container.py;
 apptainer and pyxis batch scripts are golden files in test_render.py."""
 
@@ -209,9 +209,9 @@ def test_the_preflight_names_an_image_whose_jaxlaunch_is_not_the_hosts():
 
 
 def test_a_local_run_with_pyxis_is_refused_before_a_run_directory_exists(tmp_path):
-    from conftest import JOBS, jaxlaunch
+    from conftest import EXAMPLES, jaxlaunch
 
-    done = jaxlaunch("run", JOBS / "normalize.yaml", "--set", "container.runtime=pyxis",
+    done = jaxlaunch("run", EXAMPLES / "normalize.yaml", "--set", "container.runtime=pyxis",
                      "--set", "container.image=/images/x.sqsh", "--set", "slurm.launch=srun",
                      "--run-dir", tmp_path / "run")
     assert done.returncode == 2 and "pyxis runs only under srun" in done.stderr, done.stderr

@@ -113,9 +113,9 @@ def test_a_rank_bound_past_the_nodes_gpus_is_told_so_not_to_install_cuda():
 def test_platform_gpu_without_a_gpu_is_refused_by_run_and_explain_not_a_bare_assertion(tmp_path):
     """Issue 29: `platform: gpu` on a host without a GPU failed in every rank with JAX's bare
     AssertionError, and explain showed `GPU 0` as if it would work."""
-    from conftest import JOBS, jaxlaunch
+    from conftest import EXAMPLES, jaxlaunch
 
-    result = jaxlaunch("run", JOBS / "normalize.yaml", "--set", "platform=gpu", "--run-dir", tmp_path / "run",
+    result = jaxlaunch("run", EXAMPLES / "normalize.yaml", "--set", "platform=gpu", "--run-dir", tmp_path / "run",
                        timeout=60)
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr and "AssertionError" not in result.stderr
@@ -123,11 +123,11 @@ def test_platform_gpu_without_a_gpu_is_refused_by_run_and_explain_not_a_bare_ass
     assert "fix: run on a GPU node" in result.stderr
     assert not (tmp_path / "run").exists()  # refused before anything was made
 
-    explained = CliRunner().invoke(main, ["explain", str(JOBS / "normalize.yaml"), "--set", "platform=gpu"])
+    explained = CliRunner().invoke(main, ["explain", str(EXAMPLES / "normalize.yaml"), "--set", "platform=gpu"])
     assert explained.exit_code == 2
     assert explained.output.splitlines()[-1].startswith(
         "refused: platform: gpu, but this machine has no NVIDIA GPU (no /dev/nvidia0). Fix: ")
-    assert CliRunner().invoke(main, ["explain", str(JOBS / "normalize.yaml")]).exit_code == 0
+    assert CliRunner().invoke(main, ["explain", str(EXAMPLES / "normalize.yaml")]).exit_code == 0
 
 
 @pytest.mark.parametrize("settings, says", [

@@ -43,10 +43,10 @@ def test_a_bad_executor_field_is_the_spec_error_a_file_gets():
 
 
 def test_an_executor_takes_a_spec_file_its_overrides_and_fields_and_ignores_its_entrypoint():
-    from conftest import JOBS
+    from conftest import EXAMPLES
     from launcher.rank.function_job import ENTRYPOINT
 
-    executor = launcher.Executor("local", spec=JOBS / "normalize.yaml", overrides=["processes_per_node=3"],
+    executor = launcher.Executor("local", spec=EXAMPLES / "normalize.yaml", overrides=["processes_per_node=3"],
                                  timeout="10m")
     spec = executor.job_spec(lambda ctx: 1)
     assert spec.entrypoint == ENTRYPOINT and spec.name == "normalize"  # the file's name, not the function's

@@ -154,7 +154,7 @@ def test_a_collective_counts_once_every_rank_sent_its_time():
 
 def test_a_flood_of_reports_goes_in_chunks_the_supervisor_takes(tmp_path):
     """100,000 reports between two flushes once made one line over the server's limit, and the
-    supervisor dropped the rank's connection (seen in jobs/bench_progress.py)."""
+    supervisor dropped the rank's connection (seen in jobs/benchmarks/bench_progress.py)."""
     from launcher import channel
     from launcher import environment
     from launcher.rank import channel as rank_channel

@@ -1,7 +1,7 @@
 """`jaxlaunch init`'s templates as files (launcher/scaffold/templates/KIND/): each kind has its two
 files, the programs parse as Python and the specs as YAML and as job specs, and the rendered jobs
-are pinned; the templates agree with their examples in jobs/. No mpirun: every kind runs under the
-real `jaxlaunch run` in tests/e2e/test_scaffold_runs.py."""
+are pinned; the templates agree with their examples in jobs/examples/. No mpirun: every kind runs
+under the real `jaxlaunch run` in tests/e2e/test_scaffold_runs.py."""
 
 import ast
 import copy
@@ -10,7 +10,7 @@ from importlib import resources
 
 import pytest
 
-from conftest import JOBS
+from conftest import EXAMPLES
 from launcher import yaml12
 from launcher.cli import init
 from launcher.scaffold import JOB_TEMPLATE, SPEC_TEMPLATE, TEMPLATES, render_job, template_text, write_job
@@ -19,7 +19,7 @@ from launcher.spec import load_spec
 # sha256 over "file name\0text\0" of render_job(NAME, KIND) for each file. When a template changes on
 # purpose, put the digest from the failure message here (and say in the commit what init now writes).
 # minimal's are those of the jobs launcher/scaffold.py wrote from its strings, before the templates were
-# files; data-parallel and sharded have called ctx.report since (and data-parallel's forward() is jobs/'s).
+# files; data-parallel and sharded have called ctx.report since (and data-parallel's forward() is the example's).
 # sharded imports DEVICE_AXIS from launcher (public) since the rank side moved to launcher/rank/.
 RENDERED = {
     ("minimal", "my-job"): "a61fac876aa6c2d883191d2615c72ab921d8fae7e3a28af37fbfd272971ee64c",
@@ -71,8 +71,8 @@ def test_the_rendered_job_is_pinned(kind, name):
     assert digest == RENDERED[kind, name], f"init writes another {kind} job for {name!r} now: {digest}"
 
 
-# --- the templates and their examples in jobs/ ---------------------------------------------------
-# Two templates are first versions of examples in jobs/ (minimal has none: jobs/trivial.py is the
+# --- the templates and their examples in jobs/examples/ ------------------------------------------
+# Two templates are first versions of examples in jobs/examples/ (minimal has none: its trivial.py is the
 # subject of the launch benchmark). They are not one file: the examples carry what a first job should
 # not (fault injection, slow ranks, TreePacker), the templates what the examples do not need (their
 # ${name} placeholders, a laptop layout, a simpler dataset). What must agree is checked here: the
@@ -96,7 +96,7 @@ API_ONLY_IN_TEMPLATE = {"data-parallel": set(),
 
 def template_and_example(kind: str) -> tuple[ast.Module, ast.Module]:
     return (ast.parse(render_job("my-job", kind)["my_job.py"]),
-            ast.parse((JOBS / COUNTERPARTS[kind]).read_text(), COUNTERPARTS[kind]))
+            ast.parse((EXAMPLES / COUNTERPARTS[kind]).read_text(), COUNTERPARTS[kind]))
 
 
 def functions(tree: ast.Module) -> dict[str, ast.FunctionDef]:
@@ -154,7 +154,7 @@ def test_the_helpers_both_define_are_the_same_code(kind):
     template, example = (functions(tree) for tree in template_and_example(kind))
     for name in SHARED_HELPERS[kind]:
         assert without_docs_and_annotations(template[name]) == without_docs_and_annotations(example[name]), \
-            f"{name}() differs between the {kind} template and jobs/{COUNTERPARTS[kind]}: change both"
+            f"{name}() differs between the {kind} template and jobs/examples/{COUNTERPARTS[kind]}: change both"
 
 
 @pytest.mark.parametrize("kind", COUNTERPARTS)
@@ -166,11 +166,12 @@ def test_the_template_uses_the_protocol_as_its_example_does(kind):
     ours = protocol_lines(template, RENAMED[kind])
     assert ours, "no protocol lines found: has the template's main() moved?"
     missing = [line for line in ours if line not in theirs]
-    assert not missing, f"lines of the {kind} template that jobs/{COUNTERPARTS[kind]} does not have: {missing}"
+    assert not missing, f"lines of the {kind} template that jobs/examples/{COUNTERPARTS[kind]} does not have: {missing}"
 
 
 @pytest.mark.parametrize("kind", COUNTERPARTS)
 def test_the_template_and_its_example_use_the_same_api(kind):
     template, example = (api(tree) for tree in template_and_example(kind))
-    assert example - template == API_ONLY_IN_EXAMPLE[kind], f"jobs/{COUNTERPARTS[kind]} uses more: template too?"
+    assert example - template == API_ONLY_IN_EXAMPLE[kind], \
+        f"jobs/examples/{COUNTERPARTS[kind]} uses more: template too?"
     assert template - example == API_ONLY_IN_TEMPLATE[kind]

@@ -1,4 +1,4 @@
-"""The scaling job's report (jobs/scaling_report.py): its arithmetic and its failure messages,
+"""The scaling job's report (jobs/benchmarks/scaling_report.py): its arithmetic and its failure messages,
 checked on fake sweep directories, which run no job. The sweep itself, under mpirun, then the report,
 is tests/e2e/test_scaling_job_sweep.py."""
 
@@ -8,11 +8,11 @@ import sys
 
 import pytest
 
-from conftest import JOBS
+from conftest import BENCHMARKS
 from launcher.rundir.results import write_result
 from launcher.rundir import RunDirectory, atomic_write_json
 
-REPORT = JOBS / "scaling_report.py"
+REPORT = BENCHMARKS / "scaling_report.py"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
