@@ -7,7 +7,8 @@ import sys
 import click
 
 from ..backends import RUN_DEFAULT
-from .options import BackendName, ProgramCommand, progress, spec_options, user_errors
+from .arguments import BackendName
+from .options import ProgramCommand, progress, spec_options, user_errors
 
 
 

@@ -8,7 +8,8 @@ import sys
 import click
 
 from ..backends import RUN_DEFAULT, SUBMIT_DEFAULT
-from .options import BackendName, spec_options, user_errors
+from .arguments import BackendName
+from .options import spec_options, user_errors
 
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from .options import job_id_or_run_dir, user_errors
+from .arguments import job_id_or_run_dir
+from .options import user_errors
 
 
 

@@ -6,7 +6,8 @@ import importlib.util
 
 import click
 
-from .options import job_id_or_run_dir, user_errors
+from .arguments import job_id_or_run_dir
+from .options import user_errors
 
 
 

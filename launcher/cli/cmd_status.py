@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from .options import sweep_or_job_ids, user_errors
+from .arguments import sweep_or_job_ids
+from .options import user_errors
 
 
 

@@ -7,7 +7,8 @@ import sys
 import click
 
 from ..backends import SUBMIT_DEFAULT
-from .options import BackendName, ProgramCommand, is_sweep, job_or_sweep, print_results_table, progress, spec_options, sweep_options, user_errors
+from .arguments import BackendName
+from .options import ProgramCommand, is_sweep, job_or_sweep, print_results_table, progress, spec_options, sweep_options, user_errors
 from ..states import JobState
 
 

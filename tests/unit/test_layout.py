@@ -361,3 +361,23 @@ def test_the_state_checker_finds_a_bare_state():
 def test_no_bare_state_outside_the_module_that_defines_them():
     sources = {name: path.read_text() for name, path in modules().items()}
     assert bare_states(sources) == [], "use launcher.states.JobState"
+
+
+# --- sizes: a module that grows past these has more than one job (issue 46) -------------------------
+MODULE_LINES, COMMAND_LINES = 450, 200
+
+
+def oversized(sizes: dict[str, int]) -> list[str]:
+    """'module: N lines' for each module over its limit (launcher.cli's: COMMAND_LINES)."""
+    return [f"{name}: {lines} lines" for name, lines in sorted(sizes.items())
+            if lines > (COMMAND_LINES if name.startswith("launcher.cli") else MODULE_LINES)]
+
+
+def test_the_size_checker_holds_commands_to_the_smaller_limit():
+    assert oversized({"launcher.cli.cmd_run": 201, "launcher.drill.trials": 449, "launcher.big": 451}) == \
+        ["launcher.big: 451 lines", "launcher.cli.cmd_run: 201 lines"]
+
+
+def test_no_module_outgrows_its_limit():
+    sizes = {name: len(path.read_text().splitlines()) for name, path in modules().items()}
+    assert oversized(sizes) == []
