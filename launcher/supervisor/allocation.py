@@ -5,7 +5,26 @@ scheduler leaks into it."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from enum import Enum
+
 from ..states import JobState
+
+
+class NodeAction(str, Enum):
+    SPARE = "spare"      # the next attempt starts at once, spare nodes of the allocation in the bad ones' place
+    REQUEUE = "requeue"  # the job goes back to the queue without the bad nodes
+    END = "end"          # neither is possible: the job ends FAILED
+
+
+@dataclass(frozen=True)
+class NodeDecision:
+    """What the allocation makes of bad nodes after an attempt (Allocation.replace_nodes): one
+    decision, which the supervisor carries out (it writes failure.json when the job ends)."""
+
+    action: NodeAction
+    state: JobState | None = None  # REQUEUED or FAILED; None for a spare swap
+    failure: dict | None = None    # END: why the job ends
 
 
 class Allocation:
@@ -41,6 +60,23 @@ class Allocation:
         nodes the ranks run on)."""
         return argv
 
+    # --- bad nodes: the supervisor asks the two questions below; a backend implements the four after them
+
+    def can_replace_nodes(self, spec, run, bad=()) -> bool:
+        """Whether `bad` nodes (a hang's culprits) can be replaced at all: by spares inside the
+        allocation, or by a requeue without them (otherwise the job restarts or ends as after any failure)."""
+        return self.can_swap_in_spares(spec, run, bad) or self.can_leave_nodes_behind(spec, run, bad)
+
+    def replace_nodes(self, bad: dict[str, str], cause: str, failure: dict | None, attempt: int, run, spec,
+                      echo) -> NodeDecision:
+        """One decision for `bad` nodes (node: why): spares in their place inside the allocation, else a
+        requeue without them, else the end."""
+        if self.swap_in_spares(bad, cause, attempt, run, spec, echo):
+            return NodeDecision(NodeAction.SPARE)
+        state, failure = self.leave_nodes_behind(bad, cause, failure, attempt, run, spec, echo)
+        action = NodeAction.REQUEUE if state == JobState.REQUEUED else NodeAction.END
+        return NodeDecision(action, state, failure)
+
     def can_swap_in_spares(self, spec, run, bad=()) -> bool:
         """Whether swap_in_spares can replace `bad` nodes inside this allocation."""
         return False
@@ -58,7 +94,8 @@ class Allocation:
 
     def leave_nodes_behind(self, bad: dict[str, str], cause: str, failure: dict | None, attempt: int,
                            run, spec, echo) -> tuple[JobState, dict | None]:
-        """Give the job its nodes back without `bad`: REQUEUED, or FAILED when it cannot."""
+        """Give the job its nodes back without `bad`: REQUEUED, or FAILED (with the failure, which the
+        supervisor writes) when it cannot."""
         raise NotImplementedError(f"the {self.backend} backend cannot replace nodes")
 
     def requeues_spent(self, run, spec, attempts: int, echo) -> dict | None:

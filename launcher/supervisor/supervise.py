@@ -31,7 +31,7 @@ from .channel import ControlServer
 from ..rundir import RunDirectory, atomic_write_json
 from ..spec import JobSpec
 from ..states import EXIT_COMPLETED, EXIT_FAILED, EXIT_PREEMPTED, EXIT_TIMEOUT, Cause, JobState
-from .allocation import Allocation
+from .allocation import Allocation, NodeAction, NodeDecision
 from . import governor, rollcall
 from .watchdog import HangWatchdog
 from .report import describe_outcome, result_text, write_to_stderr, write_to_stdout
@@ -109,8 +109,8 @@ class Supervisor(SignalsAndNotices, AttemptRunner):
             attempt = first
             swaps = 0  # attempts started on spare nodes: not restarts (max_restarts)
             failing_check = self.allocation.failing_nodes(self.spec, self.run, self.echo)
-            if failing_check and self.allocation.swap_in_spares(failing_check, Cause.HEALTH_CHECK, attempt, self.run,
-                                                                self.spec, self.echo):
+            checked = self._replace_nodes(failing_check, Cause.HEALTH_CHECK, None, attempt) if failing_check else None
+            if checked is not None and checked.action == NodeAction.SPARE:
                 failing_check = {}
             while not failing_check:
                 self.run.update_status(state=JobState.RUNNING, attempts=attempt + 1, restarts=attempt - first - swaps,
@@ -128,15 +128,16 @@ class Supervisor(SignalsAndNotices, AttemptRunner):
                         break
                 culprits = {} if lost else self._hang_culprit_nodes(stop_reason, failure)
                 bad, cause = (lost, Cause.NODE_FAILURE) if lost else (culprits, Cause.HANG)
-                # A spare node of the allocation takes the bad node's place: the next attempt starts
-                # at once, from the latest checkpoint, and counts against no restart budget.
-                if bad and self.allocation.swap_in_spares(bad, cause, attempt, self.run, self.spec, self.echo):
-                    self.archive_attempt(attempt)
-                    attempt += 1
-                    swaps += 1
-                    continue
-                if bad:  # the allocation is smaller now: only a requeue can give the job its nodes back
-                    state, failure = self._leave_nodes_behind(bad, cause, failure, attempt)
+                if bad:
+                    decision = self._replace_nodes(bad, cause, failure, attempt)
+                    if decision.action == NodeAction.SPARE:
+                        # a spare took the bad node's place: the next attempt starts at once, from the
+                        # latest checkpoint, and counts against no restart budget
+                        self.archive_attempt(attempt)
+                        attempt += 1
+                        swaps += 1
+                        continue
+                    state, failure = decision.state, decision.failure  # requeued without them, or the end
                     break
                 if (state == JobState.COMPLETED or stop_reason in NO_RESTART
                         or attempt - first - swaps >= self.spec.max_restarts):
@@ -148,7 +149,7 @@ class Supervisor(SignalsAndNotices, AttemptRunner):
                 attempt += 1
             if failing_check:
                 attempt -= 1  # no attempt ran
-                state, failure = self._leave_nodes_behind(failing_check, Cause.HEALTH_CHECK, None, first)
+                state, failure = checked.state, checked.failure
         finally:
             self.restore_signal_handlers(previous)
         state = JobState.parse(state)
@@ -187,15 +188,15 @@ class Supervisor(SignalsAndNotices, AttemptRunner):
 
     # --- bad nodes ---------------------------------------------------------------------------
 
-    def _leave_nodes_behind(self, bad: dict[str, str], cause: str, failure: dict | None, attempt: int
-                            ) -> tuple[JobState, dict | None]:
-        """The allocation gives the job its nodes back without `bad` (node: why): REQUEUED, or
-        FAILED when it cannot."""
-        state, failure = self.allocation.leave_nodes_behind(bad, cause, failure, attempt, self.run, self.spec,
-                                                            self.echo)
-        if state == JobState.REQUEUED:
+    def _replace_nodes(self, bad: dict[str, str], cause: str, failure: dict | None, attempt: int) -> NodeDecision:
+        """The allocation's one decision for `bad` nodes (node: why), carried out here: a requeue's
+        cause kept for the end, the failure written when the job ends."""
+        decision = self.allocation.replace_nodes(bad, cause, failure, attempt, self.run, self.spec, self.echo)
+        if decision.action == NodeAction.REQUEUE:
             self.requeue_cause = cause
-        return state, failure
+        elif decision.action == NodeAction.END and decision.failure is not None:
+            atomic_write_json(self.run.failure_file, decision.failure)
+        return decision
 
     def _hang_culprit_nodes(self, stop_reason: str | None, failure: dict | None) -> dict[str, str]:
         """{node: why} of the ranks the roll-call named after a hang, when the allocation can requeue
@@ -207,8 +208,7 @@ class Supervisor(SignalsAndNotices, AttemptRunner):
         every = {r["host"] for r in self.channel.started()} if self.channel else set()
         if not nodes or (every and set(nodes) >= every):
             return {}
-        if (self.allocation.can_swap_in_spares(self.spec, self.run, set(nodes))
-                or self.allocation.can_leave_nodes_behind(self.spec, self.run, set(nodes))):
+        if self.allocation.can_replace_nodes(self.spec, self.run, set(nodes)):
             return nodes
         return {}
 

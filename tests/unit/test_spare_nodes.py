@@ -3,6 +3,7 @@ the supervisor's swap (a failed node, a node failing the health check, a hang's 
 allocation without a requeue; the requeue once spares run out. The real swap on the test cluster:
 tests/slurm/test_slurm_nodes.py."""
 
+import json
 import os
 
 import pytest
@@ -170,3 +171,41 @@ def test_the_exclusion_list_names_each_node_once():
     assert exclusion_list({"ExcNodeList": "node2"}, ["node2", "node4"]) == "node2,node4"
     assert exclusion_list({"ExcNodeList": "node[1-3],node5"}, ["node5", "node6"]) == "node[1-3],node5,node6"
     assert exclusion_list({"ExcNodeList": "(null)"}, ["node2"]) == "node2"
+
+
+# --- one decision for bad nodes (issue 46): the allocation decides, the supervisor carries it out ------
+
+def test_the_allocation_gives_one_decision_for_bad_nodes_and_the_supervisor_writes_the_end(tmp_path, write_spec):
+    import importlib
+
+    from launcher.spec.load import load_spec
+    from launcher.states import JobState
+    from launcher.supervisor.allocation import Allocation, NodeAction
+
+    class Cluster(Allocation):
+        spares, requeues = True, True
+
+        def swap_in_spares(self, bad, cause, attempt, run, spec, echo):
+            return self.spares
+
+        def leave_nodes_behind(self, bad, cause, failure, attempt, run, spec, echo):
+            if self.requeues:
+                return JobState.REQUEUED, None
+            return JobState.FAILED, {"summary": f"node(s) {sorted(bad)} and no requeue left", "reason": cause}
+
+    supervise = importlib.import_module("launcher.supervisor.supervise")
+    run = RunDirectory(tmp_path / "run")
+    run.path.mkdir()
+    cluster = Cluster()
+    supervisor = supervise.Supervisor(load_spec(write_spec("name: x\nentrypoint: m:f\n")), run, [], {},
+                                      allocation=cluster)
+    assert supervisor._replace_nodes({"n2": "down"}, "node_failure", None, 0).action == NodeAction.SPARE
+    cluster.spares = False
+    decision = supervisor._replace_nodes({"n2": "down"}, "node_failure", None, 0)
+    assert (decision.action, decision.state, supervisor.requeue_cause) == (NodeAction.REQUEUE, JobState.REQUEUED,
+                                                                            "node_failure")
+    assert not run.failure_file.exists()
+    cluster.requeues = False
+    decision = supervisor._replace_nodes({"n2": "down"}, "hang", None, 0)
+    assert (decision.action, decision.state) == (NodeAction.END, JobState.FAILED)
+    assert json.loads(run.failure_file.read_text())["summary"] == "node(s) ['n2'] and no requeue left"

@@ -10,7 +10,6 @@ import socket
 import time
 
 from ...errors import SchedulerError
-from ...rundir import atomic_write_json
 from ...states import NODE_CAUSE_WORDS, Cause, JobState
 from ...supervisor import root_cause
 from ...supervisor.allocation import Allocation
@@ -154,7 +153,6 @@ class SlurmAllocation(Allocation):
                 summary=f"node(s) {what} ({listing}), and slurm.max_requeues={spec.slurm.max_requeues} is "
                         f"spent; excluded so far: {', '.join(excluded)}",
                 fix="ask the cluster's admins about these nodes; resubmit (with --exclude) or raise slurm.max_requeues")
-            atomic_write_json(run.failure_file, failure)
             return JobState.FAILED, failure
         left = self._nodes_left_without(run, spec, bad)
         if left is not None and left[1] < self._nodes_wanted(spec):
@@ -168,7 +166,6 @@ class SlurmAllocation(Allocation):
                         f"the job's {wanted}: a requeue would wait in the queue for good, so the job ends here",
                 fix=f"ask the cluster's admins about these nodes; resubmit to a partition with {wanted} good nodes "
                     f"(--set slurm.partition=...), or with fewer nodes")
-            atomic_write_json(run.failure_file, failure)
             return JobState.FAILED, failure
         if failure is not None and run.failure_file.exists():
             run.failure_file.rename(run.logs / run.failure_file.name)  # the attempt's, kept with its logs
