@@ -22,6 +22,15 @@ def modules() -> dict[str, Path]:
     return {module_name(p): p for p in PACKAGE.rglob("*.py")}
 
 
+def imported_from(package: str, node: ast.ImportFrom) -> str:
+    """The module a `from ... import` statement in `package` reads from (relative levels resolved)."""
+    if not node.level:
+        return node.module or ""
+    base = package.split(".")
+    base = base[:len(base) - node.level + 1]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
 def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
     """The launcher modules `name` imports anywhere in its file (module level or in a function)."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
@@ -30,12 +39,7 @@ def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
         if isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")
-                base = base[:len(base) - node.level + 1]
-                prefix = ".".join(base + ([node.module] if node.module else []))
-            else:
-                prefix = node.module or ""
+            prefix = imported_from(package, node)
             # `from pkg import submodule` imports the submodule; `from module import name` the module
             targets = [f"{prefix}.{a.name}" if f"{prefix}.{a.name}" in known else prefix for a in node.names]
         else:
@@ -199,12 +203,7 @@ def private_names_taken(sources: dict[str, str]) -> list[str]:
                     head = alias.name if alias.asname else alias.name.split(".")[0]
                     modules_here[alias.asname or head] = head
             elif isinstance(node, ast.ImportFrom):
-                if node.level:
-                    base = package.split(".")
-                    base = base[:len(base) - node.level + 1]
-                    prefix = ".".join(base + ([node.module] if node.module else []))
-                else:
-                    prefix = node.module or ""
+                prefix = imported_from(package, node)
                 for alias in node.names:
                     if f"{prefix}.{alias.name}" in trees:
                         modules_here[alias.asname or alias.name] = f"{prefix}.{alias.name}"
