@@ -53,8 +53,11 @@ def test_slurm_25_11_without_the_switch_does_not_expedite():
 
 
 def test_an_older_slurm_with_the_word_in_its_parameters_does_not_expedite():
-    # a name an older Slurm ignores: sbatch there refuses --requeue=expedite
+    # a name an older Slurm ignores: sbatch there refuses --requeue=expedite (whichever delay applies)
     assert not parse_policy(config("25.05.3", slurmctld_parameters="enable_expedited_requeue")).expedite
+    assert not parse_policy(config("24.11.1", auth="cred_expire=70",
+                                   slurmctld_parameters="enable_expedited_requeue")).expedite
+    assert not parse_policy(config("24.11.1", scheduler_parameters="requeue_delay=5,enable_expedited_requeue")).expedite
 
 
 def test_a_parameter_that_only_contains_the_name_is_not_the_switch():

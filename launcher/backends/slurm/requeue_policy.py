@@ -71,13 +71,14 @@ def parse_policy(config: str) -> RequeuePolicy:
     # SchedulerParameters: either counts.
     switch = any(_parameter(_setting(config, key), EXPEDITE_SETTING) is not None
                  for key in ("SlurmctldParameters", "SchedulerParameters"))
+    expedite = new_enough and switch  # an older Slurm ignores the word, and its sbatch refuses the option
     delay = _parameter(_setting(config, "SchedulerParameters"), "requeue_delay")
     if new_enough and delay and delay.isdigit():
-        return RequeuePolicy(version, switch, int(delay), "SchedulerParameters requeue_delay")
+        return RequeuePolicy(version, expedite, int(delay), "SchedulerParameters requeue_delay")
     cred_expire = _parameter(_setting(config, "AuthInfo"), "cred_expire")
     if cred_expire and cred_expire.isdigit():
-        return RequeuePolicy(version, new_enough and switch, int(cred_expire), "AuthInfo cred_expire")
-    return RequeuePolicy(version, new_enough and switch, DEFAULT_DELAY_SECONDS, "Slurm's default cred_expire")
+        return RequeuePolicy(version, expedite, int(cred_expire), "AuthInfo cred_expire")
+    return RequeuePolicy(version, expedite, DEFAULT_DELAY_SECONDS, "Slurm's default cred_expire")
 
 
 def read_policy() -> RequeuePolicy:
