@@ -38,9 +38,9 @@ demo: setup
 # tier on a real local cluster; the collective tests at MPI size 1 and under a real `mpirun -n 2`
 # (each rank prints its count). The Slurm tier runs beside the others (it mostly waits on the
 # scheduler), its output kept in build/test-slurm.log and shown when it ends; any failure fails the
-# target. 24.6 min on this project's 2-core machine kind with a second workload beside it (2026-11-27,
-# fresh clone), where one tier after the other took ~36 min (`make test-sequential`, for a failure
-# that only one order shows).
+# target. 23.4 min on this project's idle 2-core machine kind, 26.9 min with a second workload beside
+# it (2026-11-27, fresh clones of `CI=true bash .ci/run`), where one tier after the other took ~36 min
+# (`make test-sequential`, for a failure that only one order shows).
 SLURM_LOG := build/test-slurm.log
 test: setup docs
 	@mkdir -p build
