@@ -2,7 +2,7 @@
 the commands that checks run: each is started at once and collected later (`Started`), so the
 probes run side by side and the whole report takes about as long as the slowest one. A probe
 that crashes or hangs becomes an answer to report (a timeout kills it and what it started).
-doctor.py runs the machine's checks, and each backend its own (Backend.start_doctor_checks)."""
+launcher/cli/doctor_checks/ runs the machine's checks, and each backend its own (Backend.start_doctor_checks)."""
 
 from __future__ import annotations
 

@@ -66,9 +66,9 @@ class Job(ABC):
         return None if self.run is None else progress(self.run.path)
 
     def goodput(self):
-        """Where the wall time went (launcher.goodput.Goodput: seconds per category, steps_recomputed,
+        """Where the wall time went (launcher.rundir.goodput.Goodput: seconds per category, steps_recomputed,
         goodput, rows()), from the run directory's records."""
-        from ..goodput import goodput
+        from ..rundir.goodput import goodput
 
         if self.run is None:
             raise UsageError(self.no_run_dir_message())

@@ -16,7 +16,7 @@ def doctor(spec, overrides, program_args):
     SPEC, also its container runtime and image (jaxlaunch and MPI there, against this host's)."""
     import os
 
-    from ..doctor import exit_code, format_checks, run_checks
+    from .doctor_checks import exit_code, format_checks, run_checks
     from ..spec import load_spec
 
     checks = run_checks(os.environ, load_spec(spec, overrides, program_args=program_args) if spec else None)

@@ -42,7 +42,7 @@ def drill(spec, overrides, program_args, faults, target, count, seed, tolerance,
     from pathlib import Path
 
     from ..backends import get_backend, names
-    from ..drill import ASKED_BY_NAME, run_drill
+    from .drill_trials import ASKED_BY_NAME, run_drill
     from ..spec import load_spec
 
     known = get_backend(target).drill_faults

@@ -24,7 +24,7 @@ def explain(spec, overrides, program_args, target, run_dir):
     """Show each rank's node, local rank, devices, environment and mesh, the resources requested,
     and (--target slurm) whether the request fits the cluster; exit 2 if it cannot."""
     from ..backends import get_backend
-    from ..explain import format_explain
+    from .explain_table import format_explain
     from ..rundir import RunDirectory
     from ..spec import load_spec
 

@@ -27,14 +27,14 @@ def goodput(job_id, plot_path):
     from tabulate import tabulate
 
     from ..errors import UsageError
-    from ..job_tables import find_known_job
+    from .job_lookup import find_known_job
 
     if plot_path and importlib.util.find_spec("matplotlib") is None:  # checked before the work, not after
         raise UsageError("--plot needs matplotlib: pip install -e '.[bench]'")
     from ..sweeps.directory import SweepDirectory
 
     if SweepDirectory.holds_a_sweep(job_id):
-        from ..goodput import sweep_goodput
+        from .goodput_view import sweep_goodput
 
         result, name = sweep_goodput(job_id), Path(job_id).name
     else:
@@ -49,14 +49,14 @@ def goodput(job_id, plot_path):
     if result.governor:
         click.echo(f"not tried again: {result.governor}")
     if result.budgets:
-        from ..goodput import BUDGET_HEADERS
+        from .goodput_view import BUDGET_HEADERS
 
         click.echo("\nstart-up budget, seconds to each attempt's first report (MPI: imports, MPI_Init; "
                    "DEVICES: JAX and its devices):")
         click.echo(tabulate(result.budget_rows(), headers=["ATTEMPT", *BUDGET_HEADERS, "TOTAL"],
                             disable_numparse=True, stralign="right"))
     if plot_path:
-        from ..goodput import plot
+        from .goodput_view import plot
 
         plot(result, Path(plot_path), title=f"{name}: goodput {100 * result.goodput:.0f}%")
         click.echo(f"timeline: {plot_path}")

@@ -17,7 +17,7 @@ from .options import user_errors
 def logs(job_id, rank, follow):
     """Print a job's output: a Slurm job's, or a run directory's."""
     from ..errors import UsageError
-    from ..job_tables import find_known_job
+    from .job_lookup import find_known_job
 
     job = find_known_job(job_id, needs_run_dir=True)
     missing = None if follow else job.no_log_yet(rank)

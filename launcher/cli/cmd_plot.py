@@ -24,7 +24,7 @@ def plot(job_id, metric, x_axis, out_path):
     from pathlib import Path
 
     from ..errors import UsageError
-    from ..job_tables import find_known_job
+    from .job_lookup import find_known_job
     from ..rundir.metrics import plot_metric
 
     if importlib.util.find_spec("matplotlib") is None:

@@ -17,6 +17,6 @@ def status(job_ids, verbose):
     """Show state, elapsed time, nodes and run directory of jobs (default: those jaxlaunch submitted,
     and the recent local runs in runs/). For a sweep (its array id or directory): the count of tasks
     in each state."""
-    from ..job_tables import print_status
+    from .status_table import print_status
 
     print_status(list(job_ids), verbose, echo=click.echo)

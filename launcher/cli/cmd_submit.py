@@ -43,7 +43,7 @@ def submit(spec, overrides, program_args, sweeps, max_parallel, run_dir, dry_run
         # With --wait, stdout is for the result, as with `run`; the job id goes to stderr with the progress.
         click.echo(handle.id if parsable else f"Submitted job {handle.id}; run directory: {handle.run_dir}", err=wait)
         if wait:
-            from ..job_tables import wait_for
+            from .job_lookup import wait_for
             from ..supervisor import result_text
 
             if wait_for(handle, progress) == JobState.COMPLETED and result_text(handle.run) is not None:

@@ -19,8 +19,8 @@ from .options import user_errors
 def watch(job_id, interval):
     """A live view of a job until it ends: state, progress bar, rate and ETA, the latest metrics with
     their history, each rank's step time and the slow rank. Exits with the job's exit code."""
-    from ..job_tables import find_known_job
-    from ..watch import watch as live_view
+    from .job_lookup import find_known_job
+    from .watch_view import watch as live_view
 
     job = find_known_job(job_id)
     try:

@@ -152,7 +152,7 @@ def main() -> None:
     # A preemption notice, before anything else can be interrupted by it: MPI_Init below takes a
     # second under load, and SIGUSR2's default action would end the rank (seen in CI).
     install_usr2_handler()
-    # The start-up budget (launcher/goodput.py): when each phase of this rank's start ended.
+    # The start-up budget (launcher/rundir/goodput.py): when each phase of this rank's start ended.
     startup = {"process": process_started()}
     from mpi4py import MPI  # MPI_Init happens here; JAX is not imported yet
 

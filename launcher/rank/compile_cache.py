@@ -112,7 +112,7 @@ def environment(folder: Path | None, env, private_parent: bool = False) -> dict[
 class CacheCounter:
     """JAX's persistent-cache hits and misses in this process, and the seconds it spent tracing,
     lowering and compiling (or loading from the cache): listeners on jax.monitoring. The seconds
-    feed the start-up budget (launcher/goodput.py: compile before the first report)."""
+    feed the start-up budget (launcher/rundir/goodput.py: compile before the first report)."""
 
     EVENTS = {"/jax/compilation_cache/cache_hits": "hits", "/jax/compilation_cache/cache_misses": "misses"}
     # JAX's duration events of a compile (jax/_src/dispatch.py, compiler.py, jax 0.10.2)

@@ -161,7 +161,7 @@ class RankMonitor:
 
     def _flush_once(self, final: bool = False) -> None:
         if self.rank == 0 and self.progress.first is not None and not self._first_logged and self.run is not None:
-            self._first_logged = True  # the start-up budget's end (launcher/goodput.py)
+            self._first_logged = True  # the start-up budget's end (launcher/rundir/goodput.py)
             at, compiled = self.progress.first
             self.run.log_event("first_report", at=at, compile_seconds=compiled)
         message = self.progress.take(wait=final)

@@ -132,7 +132,7 @@ def device_environment(platform: str, devices_per_process: int, local_rank: int,
     return gpu
 
 
-# --- mpi4jax and CUDA-aware MPI (launcher/transport_doctor.py probes it) ----------------------
+# --- mpi4jax and CUDA-aware MPI (launcher/cli/doctor_checks/transport.py probes it) ----------------------
 
 USE_CUDA_MPI = "MPI4JAX_USE_CUDA_MPI"
 

@@ -87,7 +87,7 @@ def test_an_image_with_another_jaxlaunch_version_stops_in_the_preflight(charliec
 
 @pytest.mark.e2e
 def test_doctor_starts_the_image_and_compares_jaxlaunch_and_mpi(charliecloud_image, user_env, monkeypatch):
-    from launcher.doctor import FAIL, OK, Check, run_checks
+    from launcher.cli.doctor_checks import FAIL, OK, Check, run_checks
 
     monkeypatch.chdir(ROOT)
     spec = load_spec(EXAMPLES / "normalize.yaml", container_args(charliecloud_image)[1::2])

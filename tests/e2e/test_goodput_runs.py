@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from conftest import EXAMPLES, jaxlaunch
-from launcher import goodput as gp
+from launcher.cli import goodput_view as gp
+from launcher.rundir import goodput as gp_record
 
 JAXLAUNCH = str(Path(sys.executable).parent / "jaxlaunch")
 TRAIN = EXAMPLES / "train_data_parallel.yaml"
@@ -40,7 +41,7 @@ def test_goodput_of_a_run_that_crashed_was_preempted_and_resumed(tmp_path):
     resumed = jaxlaunch("run", "--resume", run_dir, timeout=240)
     assert resumed.returncode == 0, resumed.stderr
 
-    result = gp.goodput(run_dir)
+    result = gp_record.goodput(run_dir)
     assert result.accounted >= 0.95, result.seconds
     assert result.steps_recomputed == 5  # steps 20-24: done before the crash, again after the restart
     assert 0.4 < result.seconds["work lost"] < 1.5  # 5 steps of ~0.11 s (their span in the first attempt)
@@ -78,7 +79,7 @@ def test_a_sweep_gets_its_tasks_goodput_summed_and_a_curve_per_configuration(tmp
     assert ran.returncode == 0, ran.stderr
     tasks = sorted(p for p in sweep_dir.iterdir() if (p / "status.json").exists())
     assert len(tasks) == 2
-    parts = [gp.goodput(task) for task in tasks]
+    parts = [gp_record.goodput(task) for task in tasks]
     total = gp.sweep_goodput(sweep_dir)
     assert total.wall_seconds == pytest.approx(sum(p.wall_seconds for p in parts))
     assert total.seconds["productive steps"] == pytest.approx(sum(p.seconds["productive steps"] for p in parts))

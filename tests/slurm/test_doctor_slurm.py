@@ -3,7 +3,7 @@ Its other checks, on this machine and on failures, are in tests/unit/test_doctor
 
 import pytest
 
-from launcher.doctor import OK, run_checks
+from launcher.cli.doctor_checks import OK, run_checks
 
 
 def by_name(checks):

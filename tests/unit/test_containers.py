@@ -160,7 +160,7 @@ def test_explain_shows_the_command_each_rank_runs(write_spec, tmp_path, monkeypa
 
 
 def test_explain_for_slurm_shows_pyxis_srun_options(write_spec, tmp_path, monkeypatch):
-    from launcher.explain import container_lines
+    from launcher.cli.explain_table import container_lines
 
     monkeypatch.chdir(tmp_path)
     spec = load_spec(write_spec(BASE + CONTAINER), ["container.runtime=pyxis", "container.image=ubuntu:24.04",

@@ -1,4 +1,4 @@
-"""`jaxlaunch doctor` (launcher/doctor.py): the real checks on this machine, the MPI comparison,
+"""`jaxlaunch doctor` (launcher/cli/doctor_checks/): the real checks on this machine, the MPI comparison,
 the Slurm and run-directory failure cases, and the table."""
 
 import os
@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from launcher import doctor
+from launcher.cli import doctor_checks as doctor
 from launcher.backends.slurm import doctor as slurm_doctor
-from launcher.doctor import FAIL, OK, WARN, Check, compare_mpi, exit_code, format_checks, identify_mpi, run_checks
+from launcher.cli.doctor_checks import FAIL, OK, WARN, Check, compare_mpi, exit_code, format_checks, identify_mpi, run_checks
 
 OPEN_MPI_5_MPIRUN = ("mpirun (Open MPI) 5.0.11\n\nReport bugs to https://www.open-mpi.org/community/help/\n")
 OPEN_MPI_5_LIBRARY = ("Open MPI v5.0.11, package: Open MPI user@localhost Distribution, ident: 5.0.11, "
@@ -148,8 +148,8 @@ def test_a_crashing_probe_is_a_failed_check_not_a_crash(monkeypatch, tmp_path):
 
 
 def test_a_hanging_probe_times_out(monkeypatch, tmp_path):
-    monkeypatch.setattr(doctor, "PROBE_TIMEOUT", 0.5)
-    started = doctor._python_probe("import time; time.sleep(60)", os.environ)
+    monkeypatch.setattr(doctor.probes, "PROBE_TIMEOUT", 0.5)
+    started = doctor.probes.python_probe("import time; time.sleep(60)", os.environ)
     outcome = started.outcome()
     assert outcome.returncode is None and outcome.seconds < 5
     assert outcome.why_not("import jax", 0.5) == "import jax did not finish in 0.5 s"
@@ -158,7 +158,7 @@ def test_a_hanging_probe_times_out(monkeypatch, tmp_path):
 def test_runs_that_is_a_file_is_a_failure(monkeypatch, tmp_path):
     (tmp_path / "runs").write_text("not a folder")
     monkeypatch.chdir(tmp_path)
-    check = doctor._run_root_check(tmp_path)
+    check = doctor.run_root_check(tmp_path)
     assert check.status == FAIL
     assert check.detail == f"{tmp_path / 'runs'} is not a folder, so runs/{{name}}-{{time}} cannot be made there"
     assert check.fix.startswith(f"rename or remove {tmp_path / 'runs'}")
@@ -182,7 +182,7 @@ def test_a_refused_write_is_a_failure(monkeypatch, tmp_path):
         raise PermissionError(13, "Permission denied", str(kwargs["dir"]))
 
     monkeypatch.setattr(doctor.tempfile, "NamedTemporaryFile", refuse)
-    check = doctor._run_root_check(tmp_path)
+    check = doctor.run_root_check(tmp_path)
     assert check == Check("run directory root", FAIL, f"cannot write in {tmp_path}: Permission denied",
                           "run jaxlaunch from a folder you can write, or choose the run directory: --run-dir DIR, "
                           "or run_dir: in the spec")
@@ -190,10 +190,10 @@ def test_a_refused_write_is_a_failure(monkeypatch, tmp_path):
 
 def test_a_writable_runs_folder_is_ok_and_left_clean(tmp_path):
     (tmp_path / "runs").mkdir()
-    check = doctor._run_root_check(tmp_path)
+    check = doctor.run_root_check(tmp_path)
     assert check.status == OK and check.detail.startswith(f"{tmp_path / 'runs'}: writable;")
     assert list((tmp_path / "runs").iterdir()) == []
-    assert doctor._run_root_check(tmp_path / "runs").detail.startswith(
+    assert doctor.run_root_check(tmp_path / "runs").detail.startswith(
         f"{tmp_path / 'runs' / 'runs'}: writable (the first run creates it);")
 
 
@@ -201,7 +201,7 @@ def test_a_gpu_driver_without_the_cuda_bridge_is_a_warning_with_the_fix():
     probe = doctor.Started([sys.executable, "-c", "import json; print(json.dumps({'version': '0.9.1', 'cuda': False, "
                                                    "'bridges': ['mpi_xla_bridge_cpu'], 'fast_path': True}))"],
                             os.environ, 10)
-    check = doctor._mpi4jax_check(os.environ, probe, "/usr/bin/nvidia-smi")
+    check = doctor.mpi.mpi4jax_check(os.environ, probe, "/usr/bin/nvidia-smi")
     assert check.status == WARN
     assert "no CUDA bridge, but an NVIDIA driver is here (/usr/bin/nvidia-smi)" in check.detail
     assert "rebuild mpi4jax with CUDA_PATH pointing at the CUDA toolkit" in check.fix

@@ -1,4 +1,4 @@
-"""Unit tests of `jaxlaunch drill` (launcher/drill.py): comparing results, choosing the points, and
+"""Unit tests of `jaxlaunch drill` (launcher/cli/drill_trials/): comparing results, choosing the points, and
 scoring a faulted run from its run directory. The drill itself runs in tests/e2e/test_drill.py."""
 
 import json
@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from launcher import drill as drills
+from launcher.cli import drill_trials as drills
 
 
 def test_results_compare_bit_for_bit_or_within_a_tolerance_and_ignore_the_attempt():
@@ -63,7 +63,7 @@ def test_a_killed_rank_that_restarted_from_its_checkpoint_passes(tmp_path):
     reports = [{"step": s, "time": 95.0 + s * 0.5} for s in range(7)] + \
               [{"step": s, "time": 105.0 + s * 0.1} for s in range(4, 10)]
     write_run(tmp_path / "kill-1", events, reports, result={"loss": 1.0, "attempt": 1})
-    drill._score(trial, tmp_path / "kill-1")
+    drill.score(trial, tmp_path / "kill-1")
     assert trial.detected and trial.detect_seconds == 1.5 and trial.faulted_state == "FAILED"
     assert trial.recover_seconds == 5.6 and trial.steps_lost == 3 and trial.same_result and trial.passed, trial.why
 
@@ -76,7 +76,7 @@ def test_a_job_that_ignores_the_notice_and_never_checkpoints_fails_and_says_why(
               {"event": "notice", "time": 100.1}, {"event": "attempt_ended", "attempt": 0, "state": "COMPLETED",
                                                    "time": 103.0}]
     write_run(tmp_path / "p", events, [{"step": s, "time": 95.0 + s} for s in range(10)], result={"loss": 1.0})
-    drill._score(trial, tmp_path / "p")
+    drill.score(trial, tmp_path / "p")
     assert not trial.passed and not trial.detected
     assert any("did not checkpoint and stop on the preemption notice" in why for why in trial.why)
 
@@ -159,7 +159,7 @@ def _repeat_run(tmp_path, attempts, governed):
               state="TIMEOUT")
     trial = drills.Trial("repeat", "step", 1, target_step=6, injected_at=100.0, injected_step=6,
                          run_dir=str(tmp_path / "repeat-1"))
-    make_drill(tmp_path)._score_repeat(trial, tmp_path / "repeat-1")
+    make_drill(tmp_path).score_repeat(trial, tmp_path / "repeat-1")
     return trial
 
 
@@ -200,7 +200,7 @@ def test_a_one_off_fault_the_governor_stopped_fails_with_its_reason(tmp_path):
               {"event": "governor", "decision": "stopped", "why": "the program's own exit, twice", "time": 102.0}]
     write_run(tmp_path / "kill-1", events, [{"step": s, "time": 95.0 + s * 0.5} for s in range(7)], state="FAILED")
     trial = drills.Trial("kill", "step", 1, target_step=6, injected_at=100.0, run_dir=str(tmp_path / "kill-1"))
-    drill._score(trial, tmp_path / "kill-1")
+    drill.score(trial, tmp_path / "kill-1")
     assert not trial.passed and "the governor did not try again: the program's own exit, twice" in trial.why
 
 

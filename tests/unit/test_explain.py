@@ -7,7 +7,7 @@ import pytest
 from click.testing import CliRunner
 
 from launcher.cli import main
-from launcher.explain import plan_ranks
+from launcher.cli.explain_table import plan_ranks
 from launcher.backends.slurm.fit import _gres_gpus, _mem_request_mb, _slurm_seconds
 from launcher.spec import load_spec
 
@@ -139,7 +139,7 @@ def test_platform_gpu_without_a_gpu_is_refused_by_run_and_explain_not_a_bare_ass
     ("jax_distributed: true\nplatform: gpu\ntransport: mpi4jax\n", "over mpi4jax (MPI); set in the spec"),
 ])
 def test_explain_says_which_transport_the_collectives_use_and_why(write_spec, settings, says):
-    from launcher.explain import transport_line
+    from launcher.cli.explain_table import transport_line
     line = transport_line(load_spec(write_spec(SPEC + settings)))
     assert line.startswith("launcher collectives: ") and says in line, line
     if "gpu" not in settings:  # (a GPU job is refused on this CPU machine before the plan is shown)
@@ -157,7 +157,7 @@ def test_transport_xla_without_jax_distributed_is_refused_with_the_fix(write_spe
 def test_explain_says_which_watchdog_a_program_gets_and_a_missing_time_limit_in_words(write_spec):
     """Issue 43: a program that never reports is watched through its ranks' stacks; issue 44: 'the
     whole job may run none (timeout)' read as nonsense."""
-    from launcher.explain import watchdog_lines
+    from launcher.cli.explain_table import watchdog_lines
 
     lines = watchdog_lines(load_spec(write_spec("name: x\nentrypoint: m:f\n")))
     assert lines[0].startswith("hang watchdog: auto: 2 min when the ranks stall apart (a culprit), else max(10 min")

@@ -5,12 +5,12 @@ import json
 
 from rich.console import Console
 
-from launcher.job_tables import progress_lines
+from launcher.cli.status_table import progress_lines
 from launcher.backends.local.backend import LocalJob
 from launcher.rundir import RunDirectory
 from launcher.spec import JobSpec
 from launcher.supervisor.report import result_text
-from launcher.watch import render
+from launcher.cli.watch_view import render
 
 
 def finished_run(tmp_path, state="COMPLETED", last_step=79):

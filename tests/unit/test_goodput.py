@@ -7,12 +7,13 @@ import json
 import pytest
 
 from conftest import jaxlaunch
-from launcher import goodput as gp
+from launcher.cli import goodput_view as gp
+from launcher.rundir import goodput as gp_record
 
 
 def test_goodput_of_an_empty_run_directory_is_all_unaccounted(tmp_path):
     (tmp_path / "status.json").write_text(json.dumps({"submitted": 100.0, "ended": 110.0}))
-    result = gp.goodput(tmp_path)
+    result = gp_record.goodput(tmp_path)
     assert result.wall_seconds == 10.0 and result.steps_recomputed == 0
     assert result.seconds["queued"] == 10.0  # no attempt ever started: it waited in the queue
     pytest.importorskip("matplotlib")
@@ -41,7 +42,7 @@ def test_plot_draws_a_reported_metric_and_names_the_ones_there_are(tmp_path):
 def test_the_start_up_budget_splits_each_attempts_way_to_its_first_report():
     """Issue 34: queue wait, launch, imports and MPI, jax.distributed, JAX and devices, preflight,
     restore, compile and first step, from the supervisor's and rank 0's events."""
-    from launcher.goodput import BUDGET_PHASES, start_up_budget
+    from launcher.rundir.goodput import BUDGET_PHASES, start_up_budget
 
     events = [
         {"event": "attempt_started", "time": 100.0},
@@ -58,7 +59,7 @@ def test_the_start_up_budget_splits_each_attempts_way_to_its_first_report():
 
 
 def test_a_program_without_devices_or_runtime_marks_leaves_those_phases_out():
-    from launcher.goodput import start_up_budget
+    from launcher.rundir.goodput import start_up_budget
 
     events = [{"event": "main_started", "time": 5.0, "startup": {"process": 1.0, "mpi": 2.0, "preflight": 3.0}},
               {"event": "first_report", "time": 9.0, "at": 9.0, "compile_seconds": 10.0}]
@@ -84,7 +85,7 @@ def test_a_run_that_never_reported_says_goodput_is_not_measured_instead_of_zero(
     assert result.exit_code == 0, result.output
     assert "goodput: not measured: the job never reported a step" in result.output
     assert "% of the wall time was productive steps" not in result.output
-    assert not gp.goodput(run.path).reported
+    assert not gp_record.goodput(run.path).reported
 
 
 def test_goodput_says_when_the_governor_stopped_the_job(tmp_path):

@@ -491,7 +491,7 @@ def test_a_wrong_hang_timeout_names_the_line_and_the_fix(write_spec):
 
 
 def test_explain_shows_the_limits_in_force(write_spec):
-    from launcher.explain import watchdog_lines
+    from launcher.cli.explain_table import watchdog_lines
     from launcher.spec.load import load_spec
 
     spec = load_spec(write_spec("name: x\nentrypoint: m:f\nhang_timeout: 2m\n"))
@@ -638,7 +638,7 @@ def test_status_says_how_long_ago_each_rank_of_a_running_job_last_made_progress(
     view); a rank still for 30 s or more is shown."""
     import types
 
-    from launcher.job_tables import still_line
+    from launcher.cli.status_table import still_line
     from launcher.rundir import RunDirectory
     from launcher.states import JobState
 

@@ -158,10 +158,10 @@ def test_a_requeue_after_a_hang_is_counted_apart_from_node_failures(tmp_path, sl
         (JobState.REQUEUED, 2, 1, 1)
 
 
-# --- the drill's score (launcher/drill.py) ----------------------------------------------------------
+# --- the drill's score (launcher/cli/drill_trials/) ----------------------------------------------------------
 
 def make_drill(tmp_path, checkpoints=(4, 8)):
-    from launcher import drill as drills
+    from launcher.cli import drill_trials as drills
 
     drill = drills.Drill("job.yaml", [], [], tmp_path, ["kill", "preempt", "hang"], 2, seed=7, tolerance=0.0)
     drill.clean = {"run_dir": str(tmp_path / "clean"), "state": "COMPLETED", "seconds": 10.0, "steps": list(range(10)),
@@ -172,7 +172,7 @@ def make_drill(tmp_path, checkpoints=(4, 8)):
 
 def killed_and_restored(tmp_path, name, last_step, ended="FAILED"):
     """A kill trial: attempt 0 reported steps 0..last_step and ended `ended`; attempt 1 restored step 4."""
-    from launcher import drill as drills
+    from launcher.cli import drill_trials as drills
 
     trial = drills.Trial("kill", "step", 1, target_step=last_step, injected_at=100.0, run_dir=str(tmp_path / name))
     events = [{"event": "attempt_started", "attempt": 0, "time": 90.0},
@@ -191,10 +191,10 @@ def test_losing_exactly_the_checkpoint_interval_passes_and_one_step_more_fails(t
     drill = make_drill(tmp_path)
     write_run(tmp_path / "clean", [], [], result={"loss": 1.0})
     exact = killed_and_restored(tmp_path, "kill-exact", last_step=7)  # steps 4-7 computed again
-    drill._score(exact, tmp_path / "kill-exact")
+    drill.score(exact, tmp_path / "kill-exact")
     assert exact.steps_lost == 4 and exact.passed, exact.why
     more = killed_and_restored(tmp_path, "kill-more", last_step=8)  # steps 4-8
-    drill._score(more, tmp_path / "kill-more")
+    drill.score(more, tmp_path / "kill-more")
     assert more.steps_lost == 5 and not more.passed
     assert any("more than its checkpoint interval (4 steps)" in why for why in more.why), more.why
 
@@ -204,7 +204,7 @@ def test_a_kill_whose_attempt_still_ended_completed_was_not_detected(tmp_path):
     drill = make_drill(tmp_path)
     write_run(tmp_path / "clean", [], [], result={"loss": 1.0})
     trial = killed_and_restored(tmp_path, "kill-missed", last_step=5, ended="COMPLETED")
-    drill._score(trial, tmp_path / "kill-missed")
+    drill.score(trial, tmp_path / "kill-missed")
     assert trial.faulted_state == "COMPLETED" and not trial.detected and not trial.passed
     assert any("the kill was not detected: the attempt it hit ended COMPLETED" in why for why in trial.why), trial.why
 

@@ -265,7 +265,7 @@ def test_launcher_context_is_public_api():
 
 def test_explain_says_what_each_rank_runs_and_torchruns_variables(tmp_path):
     from launcher.backends import get_backend
-    from launcher.explain import format_explain
+    from launcher.cli.explain_table import format_explain
 
     script = write(tmp_path / "train.py", "")
     spec = load_spec(script, ["processes_per_node=4"], program_args=["--lr", "1"])

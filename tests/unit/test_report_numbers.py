@@ -15,7 +15,7 @@ from launcher.rank import channel as rank_channel
 from launcher.supervisor import channel as supervisor_channel
 from launcher.rundir import metrics as user_progress
 from launcher.cli import main
-from launcher.goodput import goodput
+from launcher.rundir.goodput import goodput
 from launcher.rundir import RunDirectory
 from launcher.rank.progress import ProgressReporter
 from launcher.spec import JobSpec

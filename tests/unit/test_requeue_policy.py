@@ -10,7 +10,7 @@ import pytest
 
 from launcher.backends.slurm import requeue_policy, scheduler
 from launcher.backends.slurm.requeue_policy import parse_policy
-from launcher.explain import requeue_lines
+from launcher.cli.explain_table import requeue_lines
 from launcher.spec.model import JobSpec, SlurmSpec
 
 

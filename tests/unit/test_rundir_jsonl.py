@@ -4,7 +4,7 @@ and goodput."""
 
 import json
 
-from launcher.goodput import goodput
+from launcher.rundir.goodput import goodput
 from launcher.rundir import RunDirectory, metrics
 from launcher.rundir.jsonl import read_jsonl
 

@@ -7,7 +7,7 @@ import pytest
 from launcher.checks import FAIL, OK, WARN, Outcome
 from launcher.rank.topology import cuda_mpi_environment
 from launcher.spec import JobSpec
-from launcher.transport_doctor import (cuda_aware_verdict, nccl_launch_mode_check, save_verdict, should_probe,
+from launcher.cli.doctor_checks.transport import (cuda_aware_verdict, nccl_launch_mode_check, save_verdict, should_probe,
                                        transport_checks)
 
 LIBRARY = "Open MPI v5.0.11, package: Open MPI user, ident: 5.0.11, repo rev: v5.0.11"

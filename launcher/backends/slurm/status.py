@@ -1,7 +1,7 @@
 """Slurm's part of `jaxlaunch status`: which jobs and sweeps it lists (jaxlaunch's index), its
 table (JOBID, STATE, ELAPSED/LIMIT, NODES, RUN DIR) from one batched query, and the words for an
 id nobody knows and for a Slurm that cannot be asked. The table's assembly, the sweeps' summary
-lines and the lines under the table are every backend's (launcher/job_tables.py)."""
+lines and the lines under the table are every backend's (launcher/cli/status_table.py)."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@
 - **NCCL_LAUNCH_MODE.** A process that drives several GPUs (devices_per_process > 1 on GPU) without
   NCCL_LAUNCH_MODE=GROUP can hang in NCCL (JAX-Toolbox documents it): a warning with the fix.
 
-The decisions are pure functions (unit-tested: tests/unit/test_transport_doctor.py); doctor.py
+The decisions are pure functions (unit-tested: tests/unit/test_transport_doctor.py); launcher/cli/doctor_checks/__init__.py
 starts the probe beside its others.
 """
 
@@ -23,9 +23,9 @@ import time
 from pathlib import Path
 from typing import Mapping
 
-from .checks import FAIL, OK, WARN, Check, Outcome, Started
+from ...checks import FAIL, OK, WARN, Check, Outcome, Started
 
-from .rank.topology import USE_CUDA_MPI, cuda_aware_record, mpi_library_key
+from ...rank.topology import USE_CUDA_MPI, cuda_aware_record, mpi_library_key
 
 CUDA_AWARE_TIMEOUT = 90.0
 

@@ -3,16 +3,15 @@ jobs and sweeps, makes its own table (Backend.status_rows) and says its sweeps' 
 module puts the parts together, one blank line apart, with the lines under each table (notes,
 progress, root cause) and the sweeps' summaries. Without arguments, a backend that cannot be
 asked spoils only its own part: one line says why (Backend.not_asked_line), the other parts
-stand, and the exit code is 0. Also `find_known_job`, the one way every command that takes a job
-id finds it, so a wrong id gets the same answer in each; and `wait_for` (`submit --wait`)."""
+stand, and the exit code is 0."""
 
 from __future__ import annotations
 
 from tabulate import tabulate
 
-from .backends import RUN_DEFAULT, all_backends, claimant, find_job, get_backend, registry
-from .errors import JaxlaunchError, UsageError
-from .states import JobState
+from ..backends import RUN_DEFAULT, all_backends, claimant, find_job, get_backend, registry
+from ..errors import JaxlaunchError, UsageError
+from ..states import JobState
 
 EXPLAINED_STATES = (JobState.FAILED, JobState.TIMEOUT, JobState.CANCELLED)
 NOTHING_YET = "no jobs submitted with jaxlaunch yet, and no local runs in runs/"
@@ -45,7 +44,7 @@ def still_line(job) -> str | None:
     moved (its stack, or a report) for STILL_SHOWN_SECONDS: the hang watchdog's view."""
     import time
 
-    from .rundir.metrics import format_seconds
+    from ..rundir.metrics import format_seconds
 
     run = getattr(job, "run", None)
     try:
@@ -79,8 +78,8 @@ def job_lines(job, named: bool, verbose: bool, echo) -> None:
 
 
 def budget_lines(job) -> list[str]:
-    """`status -v`: each attempt's start-up budget, one line each (launcher/goodput.py)."""
-    from .goodput import BUDGET_PHASES
+    """`status -v`: each attempt's start-up budget, one line each (launcher/rundir/goodput.py)."""
+    from ..rundir.goodput import BUDGET_PHASES
 
     if getattr(job, "run", None) is None or not job.run.status_file.exists():
         return []
@@ -95,20 +94,6 @@ def budget_lines(job) -> list[str]:
         parts = ", ".join(f"{name} {budget[name]:.1f}" for name in BUDGET_PHASES if budget[name])
         lines.append(f"attempt {budget['attempt']}: {budget['total']:.1f} s to its first report ({parts})")
     return lines
-
-
-def find_known_job(job_id_or_run_dir, needs_run_dir: bool = False):
-    """The handle on the job a command names (a job id or a run directory). UsageError (exit 2,
-    with the fix) for an id that neither its backend nor jaxlaunch's records know, and, with
-    `needs_run_dir`, for a job without a run directory (logs, goodput and plot read it: a Slurm
-    job jaxlaunch did not submit). The backend is asked only about an id nothing here knows."""
-    job = find_job(job_id_or_run_dir)
-    if job.run is None:
-        if not job.exists():
-            raise UsageError(get_backend(job.backend).unknown_ids_message([job.id]))
-        if needs_run_dir:
-            raise UsageError(job.no_run_dir_message())
-    return job
 
 
 class _Parts:
@@ -135,7 +120,7 @@ class _Parts:
 def _print_part(backend, sweeps: list, jobs: list, named: bool, verbose: bool, echo) -> None:
     """One backend's part: its sweeps' summaries (verbose: one row per task), its table, the
     lines under it; then, for ids named but unknown, the error (exit 2)."""
-    from .sweeps.tasks import summary_line
+    from ..sweeps.tasks import summary_line
 
     for path in dict.fromkeys(directory.path for directory in sweeps):
         directory = next(d for d in sweeps if d.path == path)
@@ -183,7 +168,7 @@ def print_status(refs: list[str], verbose: bool, echo) -> None:
         if not parts.printed:
             echo(NOTHING_YET)
         return
-    from .sweeps.directory import SweepDirectory
+    from ..sweeps.directory import SweepDirectory
 
     named = {name: ([], [], []) for name in registry()}  # sweep directories, ids, handles of run directories
     for ref in refs:
@@ -209,17 +194,4 @@ def print_status(refs: list[str], verbose: bool, echo) -> None:
             raise
 
 
-def wait_for(job, echo) -> JobState:
-    """`--wait`: follow one job to its end, echoing each state change (with the scheduler's
-    reason while it waits), then its root cause if it did not complete."""
-    def changed(handle, state):
-        echo(f"job {handle.id}: {handle.describe_state(state)}")
-
-    state = job.wait(on_change=changed)
-    if state != JobState.COMPLETED:
-        for line in job.failure_lines():
-            echo(line)
-    return state
-
-
-__all__ = ["print_status", "wait_for", "find_known_job", "progress_lines", "job_lines", "EXPLAINED_STATES"]
+__all__ = ["print_status", "progress_lines", "job_lines", "EXPLAINED_STATES"]

@@ -6,7 +6,7 @@ never a rank)."""
 from __future__ import annotations
 
 import time
-from .states import JobState
+from ..states import JobState
 
 SPARK = "▁▂▃▄▅▆▇█"
 HISTORY = 40
@@ -66,9 +66,9 @@ def watch(job, interval: float = 2.0, console=None) -> object:
     from rich.console import Console
     from rich.live import Live
 
-    from .errors import UnknownJobError
-    from .rundir.metrics import metrics
-    from .states import JobState
+    from ..errors import UnknownJobError
+    from ..rundir.metrics import metrics
+    from ..states import JobState
 
     def history():
         return [] if job.run_dir is None else metrics(job.run_dir, tail_bytes=64_000)

@@ -9,8 +9,8 @@ import signal
 import threading
 from pathlib import Path
 
-from ..backends import RUN_DEFAULT
-from ..states import JobState
+from ...backends import RUN_DEFAULT
+from ...states import JobState
 from .trials import Drill
 
 
@@ -48,7 +48,7 @@ def ending_runs_when_interrupted(drill: Drill, echo):
 
 
 def _run_drill(drill: Drill, folder: Path, num_processes: int, target: str, echo) -> bool:
-    from ..rundir import atomic_write_json
+    from ...rundir import atomic_write_json
 
     echo(f"drill: the clean run ({folder / 'clean'})")
     drill.run_clean()

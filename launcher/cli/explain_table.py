@@ -14,13 +14,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import container
-from .errors import UsageError
-from .backends import Backend, get_backend
-from .backends.mpirun import RANK_ENV_DEFAULTS
-from .environment import ATTEMPT_ENV, RUN_DIR_ENV
-from .rank.topology import DEVICE_AXIS, device_environment
-from .spec import JobSpec
+from .. import container
+from ..errors import UsageError
+from ..backends import Backend, get_backend
+from ..backends.mpirun import RANK_ENV_DEFAULTS
+from ..environment import ATTEMPT_ENV, RUN_DIR_ENV
+from ..rank.topology import DEVICE_AXIS, device_environment
+from ..spec import JobSpec
 
 
 
@@ -61,7 +61,7 @@ def plan_ranks(spec: JobSpec, target: str | Backend, run_dir: Path) -> list[Rank
 
 def program_lines(spec: JobSpec) -> list[str]:
     """What each rank runs, and the variables torchrun-style code reads (rank/bootstrap.py sets them)."""
-    from .spec.model import ENTRYPOINT_KINDS
+    from ..spec.model import ENTRYPOINT_KINDS
 
     kind = spec.entrypoint_kind
     runs = f"runs {spec.entrypoint} ({kind}: {ENTRYPOINT_KINDS[kind]})"
@@ -74,7 +74,7 @@ def program_lines(spec: JobSpec) -> list[str]:
 
 def watchdog_lines(spec: JobSpec) -> list[str]:
     """The limits that stop a hung job, as in force (defaults included)."""
-    from .supervisor.watchdog import describe_setting, format_seconds
+    from ..supervisor.watchdog import describe_setting, format_seconds
 
     collective = (format_seconds(spec.collective_timeout) if spec.collective_timeout
                   else "off (collective_timeout: null)")

@@ -33,7 +33,7 @@ def end_run(process: subprocess.Popen, run_dir: Path) -> None:
     """End a drill's `jaxlaunch run` and everything of its job: a rank it SIGSTOPped is continued
     first (a stopped process cannot act on SIGTERM), then SIGTERM (the supervisor cancels the job and
     collects stacks), then SIGKILL to whatever is left."""
-    from ..supervisor.processes import job_processes, kill_job_processes
+    from ...supervisor.processes import job_processes, kill_job_processes
 
     for pid in job_processes(run_dir):
         try:
@@ -87,21 +87,21 @@ def jaxlaunch_path() -> str:
 
 
 def read_events(run_dir: Path) -> list[dict]:
-    from ..rundir import RunDirectory
+    from ...rundir import RunDirectory
 
     return sorted(RunDirectory(run_dir).read_events(), key=lambda e: e.get("time", 0))
 
 
 def read_reports(run_dir: Path) -> list[dict]:
-    from ..rundir import RunDirectory
-    from ..rundir.metrics import read_lines
+    from ...rundir import RunDirectory
+    from ...rundir.metrics import read_lines
 
     return sorted((r for r in read_lines(RunDirectory(run_dir).metrics_file) if r.get("kind") == "metrics"),
                   key=lambda r: r["time"])
 
 
 def read_status(run_dir: Path) -> dict:
-    from ..rundir import RunDirectory
+    from ...rundir import RunDirectory
 
     try:
         return json.loads(RunDirectory(run_dir).status_file.read_text())
