@@ -14,6 +14,7 @@ no true for 1), ranges, choices, durations, unknown and missing keys, per-field 
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import json
 from typing import Any, Callable
@@ -226,6 +227,12 @@ def field(kind: Kind, description: str, default: Any = REQUIRED, *, factory: Cal
     return dataclasses.field(default=default, metadata={"spec": info})
 
 
+# (record class, names of fields whose values are already checked) while from_dict or replace makes a
+# record: its __post_init__ then checks only the other fields, so a spec is checked once, not again
+# at each step of loading (a record made any other way checks every field).
+_ALREADY_CHECKED: contextvars.ContextVar = contextvars.ContextVar("already_checked", default=(None, frozenset()))
+
+
 class Record:
     """Base of the spec's records; subclasses are `@dataclasses.dataclass(frozen=True, kw_only=True)`."""
 
@@ -238,8 +245,12 @@ class Record:
         return cached
 
     def __post_init__(self):
+        record, checked_names = _ALREADY_CHECKED.get()
+        skipped = checked_names if record is type(self) else frozenset()
         problems: list[Problem] = []
         for name, info in self.fields().items():
+            if name in skipped:
+                continue
             value = getattr(self, name)
             checked = info.check(value, (name,), problems)
             if checked is not value:
@@ -272,15 +283,25 @@ class Record:
         values = cls.check_mapping(data, (), problems)
         if problems:
             raise InvalidRecord(problems)
-        return cls(**values)
+        return cls._made_from_checked(values, frozenset(values))
+
+    @classmethod
+    def _made_from_checked(cls, values: dict, checked_names: frozenset):
+        token = _ALREADY_CHECKED.set((cls, checked_names))
+        try:
+            return cls(**values)
+        finally:
+            _ALREADY_CHECKED.reset(token)
 
     @classmethod
     def from_json(cls, text: str | bytes):
         return cls.from_dict(json.loads(text))
 
     def replace(self, **changes):
-        """A copy with some fields changed, checked like any new record."""
-        return dataclasses.replace(self, **changes)
+        """A copy with some fields changed; the changed ones are checked (the others were)."""
+        values = {name: getattr(self, name) for name in self.fields()}
+        values.update(changes)
+        return self._made_from_checked(values, frozenset(self.fields()) - frozenset(changes))
 
     def to_dict(self) -> dict:
         """Plain values (nested records as mappings), copies: changing them leaves the record alone."""

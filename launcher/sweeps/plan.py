@@ -24,7 +24,8 @@ from typing import Any
 
 from .. import yaml12
 from ..errors import SpecError
-from ..spec import SWEEP_SECTION, JobSpec, build_spec, parse_overrides, read_spec_file, shown
+from ..spec.load import SWEEP_SECTION, build_spec, parse_overrides, read_spec_file, shown
+from ..spec.model import JobSpec
 
 RANGE = re.compile(r"^\s*range\s*\((?P<args>[^()]*)\)\s*$")
 # Keys that shape the sweep itself (or where its tasks live) cannot be swept.

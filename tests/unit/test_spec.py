@@ -479,3 +479,55 @@ def test_jax_distributed_timeout_is_a_duration_passed_to_jax(write_spec, monkeyp
     start_jax_distributed(FakeJax, coordinator_address(comm), comm.Get_size(), comm.Get_rank(), "cpu",
                           spec.jax_distributed_timeout)
     assert calls[0]["initialization_timeout"] == 1200 and calls[0]["num_processes"] == 1
+
+
+def test_a_spec_is_checked_once_while_it_loads_and_a_replaced_key_is_checked_again(monkeypatch):
+    """One typed spec, validated once: building it from the file checks each key once (plus the
+    spec.json round trip, which is what a rank will do); replace() checks only what it changes,
+    and a record made directly checks everything."""
+    import collections
+
+    from launcher.spec import fields
+    from launcher.spec.model import JobSpec
+
+    checks = collections.Counter()
+    original = fields.FieldInfo.check
+
+    def counted(self, value, loc, problems):
+        checks[loc] += 1
+        return original(self, value, loc, problems)
+
+    monkeypatch.setattr(fields.FieldInfo, "check", counted)
+    from conftest import EXAMPLES
+
+    spec = load_spec(str(EXAMPLES / "normalize.yaml"), ["timeout=1h"])
+    assert checks[("timeout",)] == 2, checks  # validate_spec, and the spec.json round trip
+    assert spec.timeout == 3600
+    checks.clear()
+    assert spec.replace(name="renamed").name == "renamed"
+    assert checks == {("name",): 1}
+    with pytest.raises(fields.InvalidRecord):
+        spec.replace(timeout="soon")
+    with pytest.raises(fields.InvalidRecord):
+        JobSpec(name="direct", entrypoint="x.py", nodes=0)
+
+
+def test_a_section_made_by_its_default_while_its_parent_is_built_is_still_checked():
+    """from_dict trusts the parent's checked keys only: a section the parent's default makes on the
+    way (a key of the same name in it) is checked, so its duration is normalised to seconds."""
+    import dataclasses
+
+    from launcher.spec.fields import Parsed, Record, Section, field
+    from launcher.spec.model import parse_duration
+
+    @dataclasses.dataclass(frozen=True, kw_only=True)
+    class Inner(Record):
+        limit: int = field(Parsed(parse_duration, "a duration"), "inner limit", "1m")
+
+    @dataclasses.dataclass(frozen=True, kw_only=True)
+    class Outer(Record):
+        limit: int = field(Parsed(parse_duration, "a duration"), "outer limit", "1m")
+        inner: Inner = field(Section(Inner), "a section", factory=Inner)
+
+    outer = Outer.from_dict({"limit": "2m"})
+    assert outer.limit == 120 and outer.inner.limit == 60
