@@ -23,7 +23,8 @@ from pathlib import Path
 
 from launcher.backends.base import Allocation, Backend, Job, Plan
 from launcher.backends.faults import inject_here
-from launcher.backends.mpirun import RANK_ENV_DEFAULTS, find_mpirun, mpirun_flags, rank_command
+from launcher.launchers.mpirun import find_mpirun, mpirun_flags
+from launcher.launchers.rank_start import RANK_ENV_DEFAULTS, rank_command
 from launcher.environment import RUN_DIR_ENV
 from launcher.errors import UsageError
 from launcher.rundir import RunDirectory
@@ -60,7 +61,7 @@ class FakePlan(Plan):
 
 
 def launch_command(spec, run_dir: Path) -> tuple[list[str], dict[str, str]]:
-    """mpirun on this machine, from the launch pieces every backend shares (backends/mpirun.py)."""
+    """mpirun on this machine, from the launch pieces every backend shares (launcher/launchers/)."""
     argv = [find_mpirun(), *mpirun_flags(spec.num_processes, os.geteuid() == 0),
             *rank_command(spec, sys.executable, run_dir, Path.cwd())]
     return argv, {**RANK_ENV_DEFAULTS, **spec.env, RUN_DIR_ENV: str(run_dir)}

@@ -417,7 +417,7 @@ class Backend(ABC):
         shell-quoted line for `explain`; UsageError when this backend cannot start that image."""
         import shlex
 
-        from .mpirun import rank_command
+        from ..launchers.rank_start import rank_command
 
         return shlex.join(rank_command(spec, "python", Path(run_dir), Path(workdir)))
 

@@ -12,6 +12,8 @@ import signal
 import sys
 from pathlib import Path
 
+from ..launchers.rank_variables import RANK_NUMBER
+
 # The faults inject_here delivers; `repeat` needs no injection (the drill plants it in the rank).
 HERE = ("kill", "preempt", "hang", "repeat")
 
@@ -24,7 +26,7 @@ def rank_pid(run_dir: Path, rank: int) -> int | None:
     """The process of rank `rank` of the job's current attempt (mpirun's or srun's variable)."""
     from ..supervisor.processes import is_output_pump, job_processes
 
-    for variable in ("OMPI_COMM_WORLD_RANK", "SLURM_PROCID", "PMIX_RANK"):
+    for variable in RANK_NUMBER:
         pids = job_processes(run_dir, {variable: str(rank)})
         pids = [pid for pid in pids if is_python(pid) and not is_output_pump(pid)]
         if pids:

@@ -17,7 +17,7 @@ from pathlib import Path
 from .. import container
 from ..errors import UsageError
 from ..backends import Backend, get_backend
-from ..backends.mpirun import RANK_ENV_DEFAULTS
+from ..launchers.rank_start import RANK_ENV_DEFAULTS
 from ..environment import ATTEMPT_ENV, RUN_DIR_ENV
 from ..rank.topology import DEVICE_AXIS, device_environment
 from ..spec import JobSpec

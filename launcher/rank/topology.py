@@ -7,6 +7,8 @@ import re
 from dataclasses import dataclass
 from typing import Mapping
 
+from ..launchers.rank_variables import MPIRUN, SRUN, SRUN_STEP
+
 # Axis name of each process's Mesh over its local devices (ctx.mesh). Here, not in context.py, so
 # that `explain` can name it without importing the runtime (logging and all) on the submit path.
 DEVICE_AXIS = "devices"
@@ -28,19 +30,20 @@ class Topology:
 def local_rank_from_env(env: Mapping[str, str]) -> tuple[int, int] | None:
     """(local rank, processes on this node) as the launcher set them, or None if unknown.
 
-    Open MPI's mpirun sets OMPI_COMM_WORLD_LOCAL_*; srun sets SLURM_LOCALID for its tasks.
+    Open MPI's mpirun sets OMPI_COMM_WORLD_LOCAL_*; srun sets SLURM_LOCALID for its tasks (the
+    launchers' variables: launcher/launchers/rank_variables.py).
     SLURM_LOCALID alone is not trusted: a batch script's own environment has it too (always 0),
     so it counts only inside a step (SLURM_STEP_ID) that srun launched (SLURM_PROCID).
     """
-    if EMULATED_PPN in env and "OMPI_COMM_WORLD_RANK" in env:
+    if EMULATED_PPN in env and MPIRUN.rank in env:
         ppn = int(env[EMULATED_PPN])
-        return int(env["OMPI_COMM_WORLD_RANK"]) % ppn, ppn
-    if "OMPI_COMM_WORLD_LOCAL_RANK" in env:
-        return int(env["OMPI_COMM_WORLD_LOCAL_RANK"]), int(env.get("OMPI_COMM_WORLD_LOCAL_SIZE", "0")) or None
-    if "SLURM_LOCALID" in env and "SLURM_STEP_ID" in env and "SLURM_PROCID" in env:
-        tasks = env.get("SLURM_TASKS_PER_NODE", "")
+        return int(env[MPIRUN.rank]) % ppn, ppn
+    if MPIRUN.local_rank in env:
+        return int(env[MPIRUN.local_rank]), int(env.get(MPIRUN.local_size, "0")) or None
+    if SRUN.local_rank in env and SRUN_STEP in env and SRUN.rank in env:
+        tasks = env.get(SRUN.local_size, "")
         match = re.match(r"(\d+)", tasks)
-        return int(env["SLURM_LOCALID"]), int(match.group(1)) if match else None
+        return int(env[SRUN.local_rank]), int(match.group(1)) if match else None
     return None
 
 

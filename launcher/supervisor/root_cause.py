@@ -5,7 +5,8 @@ Sources, most precise first:
 - a rank's request to stop the job over the control channel (collective watchdog), or the
   supervisor's finding that a peer left `main` early (both in logs/control.json);
 - mpirun's or srun's own messages: a rank killed by a signal (SIGSEGV, SIGKILL from the OOM
-  killer) or exiting without MPI_Finalize (os._exit) leaves nothing else behind;
+  killer) or exiting without MPI_Finalize (os._exit) leaves nothing else behind (each launcher's
+  module in launcher/launchers/ reads its own);
 - logs/rank-N.log: faulthandler's "Fatal Python error" block after a crash in C;
 - logs/rank-N.state.json: where every rank was when the job was stopped (the hang report).
 The first failing rank is the earliest by time, as in torchelastic.
@@ -14,84 +15,34 @@ The first failing rank is the earliest by time, as in torchelastic.
 from __future__ import annotations
 
 import re
-import signal as signals
 import time
 
 from . import rollcall
+from ..launchers import mpirun
+from ..launchers.signal_words import SIGNAL_BY_DESCRIPTION
 from ..states import Cause, JobState
 
-# What the launchers print, whitespace-normalised (prterun wraps its lines).
-_PRTE_SIGNAL = re.compile(r"process rank (\d+) with PID \d+ on node (\S+) exited on signal (\d+)")
-_PRTE_IMPROPER = re.compile(r"process rank (\d+) with PID \d+ on node (\S+) exiting improperly")
-_PRTE_CALLED_ABORT = re.compile(r"process rank (\d+) with PID \d+ on node (\S+) calling \"?abort")
-_PEER_LOST = re.compile(r"peer process has unexpectedly disconnected.*?Peer host: (\S+)")
-# The other way Open MPI reports a vanished peer (seen on Slurm with a rank killed by SIGKILL):
-# "An error occurred in Socket closed ... on a NULL communicator", with no peer host named.
-_SOCKET_CLOSED = re.compile(r"An error occurred in Socket closed")
-UNKNOWN_PEER_HOST = "?"
-_PRTE_EXIT_CODE = re.compile(r"Process name: \[[^\]]*?,(\d+)\] Exit code: (\d+)")
-_MPI_ABORT = re.compile(r"MPI_ABORT was invoked on rank (\d+)")
 MPI_ERR_UNKNOWN_EXIT = 14  # Open MPI's exit code for a rank its MPI library aborted (MPI_ERR_UNKNOWN)
 LOG_TAIL_LINES = 5  # of the failing rank's log, in `status`, `logs` and `--wait`
 _FATAL_PYTHON = re.compile(r"^Fatal Python error: (.+)$", re.MULTILINE)
-
-SIGNAL_BY_DESCRIPTION = {"Killed": signals.SIGKILL, "Segmentation fault": signals.SIGSEGV,
-                          "Floating-point exception": signals.SIGFPE,
-                          "Aborted": signals.SIGABRT, "Bus error": signals.SIGBUS,
-                          "Floating point exception": signals.SIGFPE, "Terminated": signals.SIGTERM,
-                          "Illegal instruction": signals.SIGILL}
-
 
 VANISHED = ("vanished without a trace before the job ended: os._exit(), SIGKILL (e.g. from the out-of-memory "
             "killer), or main returned while the others still ran")
 
 
-def signal_name(number: int) -> str:
-    try:
-        return signals.Signals(number).name
-    except ValueError:
-        return f"signal {number}"
-
-
 def parse_launcher_messages(text: str, task_reports=None) -> tuple[list[dict], bool]:
     """(records, reports_every_task): every rank the launcher reports as failed, in the order it
-    reported them. mpirun names only the rank that brought the job down. A launcher that names
-    every task that ended badly (srun) is read by the allocation's `task_reports(text)`: a list of
-    (rank, position, fields), the first one first; reports_every_task says it reported any."""
-    flat = " ".join(text.split())
+    reported them. mpirun's messages (launcher/launchers/mpirun.py) name only the rank that brought
+    the job down, and are read for every allocation. A launcher that names every task that ended
+    badly (srun) is read by the allocation's `task_reports(text)`: a list of (rank, position,
+    fields), the first one first; reports_every_task says it reported any."""
     found: dict[int, dict] = {}
-
-    def add(rank, position, **fields):
+    every_task = task_reports(text) if task_reports is not None else []
+    for rank, position, fields in [*mpirun.rank_reports(text), *every_task]:
         record = found.setdefault(rank, {"rank": rank, "host": None, "exit_code": None, "signal": None,
                                          "error": None, "source": "launcher", "position": position})
         record["position"] = min(record["position"], position)
         record.update({k: v for k, v in fields.items() if v is not None})
-
-    for m in _PRTE_SIGNAL.finditer(flat):
-        number = int(m.group(3))
-        add(int(m.group(1)), m.start(), host=m.group(2), signal=signal_name(number),
-            error=f"killed by {signal_name(number)}")
-    for m in _PRTE_IMPROPER.finditer(flat):
-        add(int(m.group(1)), m.start(), host=m.group(2),
-            error="exited without MPI_Finalize while the job was running (os._exit, or a crash outside Python)")
-    for m in _PRTE_EXIT_CODE.finditer(flat):
-        add(int(m.group(1)), m.start(), exit_code=int(m.group(2)), error=f"exited with code {m.group(2)}")
-    for m in _MPI_ABORT.finditer(flat):
-        add(int(m.group(1)), m.start(), error="called MPI_Abort")
-    lost = _PEER_LOST.search(flat)
-    socket_closed = _SOCKET_CLOSED.search(flat)
-    for m in _PRTE_CALLED_ABORT.finditer(flat):
-        # A rank whose MPI library aborted because a peer vanished is a victim, not the cause.
-        if lost:
-            why, peer = f" after losing its connection to a peer on {lost.group(1)}", lost.group(1)
-        elif socket_closed:
-            why, peer = " after a peer closed its socket", UNKNOWN_PEER_HOST
-        else:
-            why, peer = "", None
-        add(int(m.group(1)), m.start(), host=m.group(2), error="called MPI_Abort" + why, lost_peer_host=peer)
-    every_task = task_reports(text) if task_reports is not None else []
-    for rank, position, fields in every_task:
-        add(rank, position, **fields)
     return sorted(found.values(), key=lambda r: r.pop("position")), bool(every_task)
 
 
@@ -277,12 +228,13 @@ def hang_lines(hang: dict) -> list[str]:
     return lines
 
 
-def _on_slurm(run_path) -> bool:
-    """Whether the run was a Slurm job (its status says so): scancel means nothing to a local run."""
+def _held_by_a_scheduler(run_path) -> bool:
+    """Whether a scheduler queued the run (its status has the scheduler's job id): only there can
+    the scheduler's own cancel (scancel) end the ranks; a run on this machine has no such id."""
     if run_path is None:
         return True
     try:
-        return _run(run_path).status().backend == "slurm"
+        return _run(run_path).status().job_id is not None
     except (OSError, ValueError):
         return True
 
@@ -300,7 +252,7 @@ def summary_lines(failure: dict, run_path=None) -> list[str]:
     cancelled = failure.get("reason") == Cause.CANCELLED
     if "hang" in failure:
         lines += hang_lines(failure["hang"])
-        if cancelled and not all(entry["answered"] for entry in failure["hang"]["ranks"]) and _on_slurm(run_path):
+        if cancelled and not all(entry["answered"] for entry in failure["hang"]["ranks"]) and _held_by_a_scheduler(run_path):
             lines.append("  (a plain scancel ends mpirun's ranks at once, before they can answer; "
                          "`jaxlaunch cancel` asks them for their stacks first)")
     first = failure.get("first_failure")

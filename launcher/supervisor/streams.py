@@ -6,8 +6,9 @@ Each rank marks the start of its lines with `[rank N] ` (launcher/rank/output.py
 `output` says how they are shown: `tagged` as they come, `plain` without the prefix, `rank0` only
 rank 0's, without the prefix (every rank's log keeps all of its own). Anything else is the
 launcher's own (mpirun, srun): kept in logs/launcher.log for the root cause, and shown, except Open
-MPI's framed banners ("MPI_ABORT was invoked ...", "prterun has exited due to ..."): the summary
-says it all, and quotes them when no rank's own error explains the failure.
+MPI's framed banners ("MPI_ABORT was invoked ...", "prterun has exited due to ..."; their frame is
+in launcher/launchers/mpirun.py): the summary says it all, and quotes them when no rank's own error
+explains the failure.
 
 Bytes are passed on as they arrive, up to the last line end (a newline or a carriage return); a
 rank's unfinished line (a progress bar's frame) at once: the rank marks it with PARTIAL_LINE.
@@ -21,6 +22,7 @@ import threading
 import time
 from collections import deque
 
+from ..launchers.mpirun import BANNER_FRAME, LIBEVENT_WARNING
 from ..rank.output import PARTIAL_LINE, split_segments
 from ..spec.model import OUTPUT_MODES  # noqa: F401  (the modes shown here)
 RANK_PREFIX = re.compile(rb"\[rank (\d+)\] ")
@@ -28,9 +30,6 @@ RANK_PREFIX = re.compile(rb"\[rank (\d+)\] ")
 # collective context in every CPU job with jax.distributed, and it means nothing to the person.
 # Two of its threads may print it at once, one line cut into the other: any piece of it goes.
 NOISE = re.compile(rb"\[Gloo\] Rank \d+ is connected to|peer ranks\. Expected number of connected peer ranks is : \d+")
-# libevent's warning inside prterun when a rank's output pipe outlives the rank (its output pump still
-# holds it, launcher/rank/output.py) while the job is torn down: kept in launcher.log, shown nowhere else.
-LAUNCHER_NOISE = re.compile(rb"\[warn\] Epoll [A-Z]+\(\d+\) on fd \d+ failed")
 # JAX's distributed runtime ends a rank whose coordination service failed (mostly: another rank died
 # first, and the summary names it) with a check failure. Its own line is shown; what follows until the
 # process is gone (absl's native stack, Python's faulthandler dump, Open MPI's signal report, ~45
@@ -38,8 +37,6 @@ LAUNCHER_NOISE = re.compile(rb"\[warn\] Epoll [A-Z]+\(\d+\) on fd \d+ failed")
 # console gets one line saying so.
 JAX_ABORT = re.compile(rb"client\.h:\d+\] Terminating process because the JAX distributed service detected fatal errors")
 JAX_ABORT_END = b"*** End of error message ***"  # Open MPI's signal report's last line
-# The rule of dashes above and below every Open MPI / PRRTE help message.
-BANNER_FRAME = re.compile(rb"-{20,}")
 
 
 class LauncherOutput:
@@ -139,7 +136,7 @@ class StreamForwarder:
         if segment == b"\r":  # a progress bar's redraw, before its next frame
             self._safe_write(segment)
             return
-        if LAUNCHER_NOISE.match(segment):
+        if LIBEVENT_WARNING.match(segment):  # prterun's, while the job is torn down: launcher.log only
             self.launcher.keep(segment)
             return
         is_frame = BANNER_FRAME.fullmatch(segment.strip()) is not None

@@ -68,7 +68,7 @@ def test_a_rank_imports_jaxlaunch_from_the_image_not_from_the_mounted_checkout(c
 @pytest.mark.e2e
 def test_an_image_with_another_jaxlaunch_version_stops_in_the_preflight(charliecloud_image, tmp_path, user_env):
     """The launch plan's own command, with the host's version changed as a newer host would have it."""
-    from launcher.backends.mpirun import find_mpirun
+    from launcher.launchers.mpirun import find_mpirun
 
     spec = load_spec(EXAMPLES / "normalize.yaml", container_args(charliecloud_image)[1::2])
     run = RunDirectory.create(spec, tmp_path / "run")

@@ -21,7 +21,7 @@ def test_identical_ranks_pass_and_the_report_is_saved(tmp_path):
 
 def test_a_rank_with_another_mpi4jax_fails_fast_naming_it(tmp_path):
     from launcher.backends.local.plan import plan_local_run
-    from launcher.backends.mpirun import find_mpirun
+    from launcher.launchers.mpirun import find_mpirun
     from launcher.rundir import RunDirectory
     from launcher.spec import load_spec
 

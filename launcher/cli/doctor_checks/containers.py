@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Mapping
 
 from ...checks import FAIL, OK, WARN, Check, Started, which
-from .mpi import compare_mpi, identify_mpi
+from ...launchers.mpirun import compare_mpi, identify_mpi
 from .probes import COMMAND_TIMEOUT, PROBE_TIMEOUT
 
 # --- containers --------------------------------------------------------------------------------

@@ -1,0 +1,94 @@
+"""The launchers (launcher/launchers/): mpirun's and srun's command lines, what they print when a
+rank fails, and which MPI mpirun is (doctor's comparison of mpirun with mpi4py's library)."""
+
+import pytest
+
+from launcher.checks import FAIL, OK, WARN
+from launcher.launchers import mpirun, srun
+from launcher.launchers.mpirun import UNKNOWN_PEER_HOST, compare_mpi, identify_mpi
+from launcher.spec import JobSpec
+
+OPEN_MPI_5_MPIRUN = ("mpirun (Open MPI) 5.0.11\n\nReport bugs to https://www.open-mpi.org/community/help/\n")
+OPEN_MPI_5_LIBRARY = ("Open MPI v5.0.11, package: Open MPI user@localhost Distribution, ident: 5.0.11, "
+                      "repo rev: v5.0.11rc1, Sep 16, 2026\x00")
+OPEN_MPI_4_LIBRARY = ("Open MPI v4.1.5, package: Debian OpenMPI, ident: 4.1.5, repo rev: v4.1.5, Feb 23, 2023\x00")
+MPICH_MPIRUN = ("HYDRA build details:\n    Version:                                 4.1.2\n"
+                "    Release Date:                            Wed Jun  7 15:22:45 CDT 2023\n")
+MPICH_LIBRARY = "MPICH Version:\t4.1.2\nMPICH Release date:\tWed Jun  7 15:22:45 CDT 2023\nMPICH ABI:\t15:1:3\n"
+INTEL_MPIRUN = "Intel(R) MPI Library for Linux* OS, Version 2021.10 Build 20230619 (id: c2e19c2f3e)\n"
+INTEL_LIBRARY = "Intel(R) MPI Library 2021.10 for Linux* OS\n"
+
+
+@pytest.mark.parametrize("text, expected", [
+    (OPEN_MPI_5_MPIRUN, ("Open MPI", "5.0.11")),
+    (OPEN_MPI_5_LIBRARY, ("Open MPI", "5.0.11")),
+    (OPEN_MPI_4_LIBRARY, ("Open MPI", "4.1.5")),
+    (MPICH_MPIRUN, ("MPICH", "4.1.2")),
+    (MPICH_LIBRARY, ("MPICH", "4.1.2")),
+    (INTEL_MPIRUN, ("Intel MPI", "2021.10")),
+    (INTEL_LIBRARY, ("Intel MPI", "2021.10")),
+    ("MVAPICH2 Version:\t2.3.7\nMVAPICH2 Release date:\tWed March 02 22:00:00 EST 2022\n", ("MVAPICH", "2.3.7")),
+    ("something else 1.2.3", None),
+])
+def test_identify_mpi(text, expected):
+    assert identify_mpi(text) == expected
+
+
+def test_same_mpi_is_ok():
+    assert compare_mpi(OPEN_MPI_5_MPIRUN, OPEN_MPI_5_LIBRARY) == (
+        OK, "Open MPI 5.0.11 (mpirun and mpi4py's library)")
+    assert compare_mpi(MPICH_MPIRUN, MPICH_LIBRARY)[0] == OK
+    assert compare_mpi(INTEL_MPIRUN, INTEL_LIBRARY)[0] == OK
+
+
+def test_another_mpi_is_a_failure():
+    assert compare_mpi(MPICH_MPIRUN, OPEN_MPI_5_LIBRARY) == (
+        FAIL, "mpirun is MPICH 4.1.2 but mpi4py was built against Open MPI 5.0.11")
+
+
+def test_another_version_of_the_same_mpi_is_a_failure():
+    assert compare_mpi(OPEN_MPI_5_MPIRUN, OPEN_MPI_4_LIBRARY) == (
+        FAIL, "mpirun is Open MPI 5.0.11 but mpi4py was built against Open MPI 4.1.5")
+
+
+def test_an_mpi_it_cannot_name_is_a_warning():
+    status, detail = compare_mpi("mystery-launcher 1.0\n", OPEN_MPI_5_LIBRARY)
+    assert status == WARN
+    assert "could not tell whether they are the same MPI: mpirun says 'mystery-launcher 1.0'" in detail
+
+
+def test_mpirun_here_oversubscribes_and_in_a_batch_job_maps_ranks_to_nodes():
+    assert mpirun.local_mpirun_argv("/m/mpirun", 2, False, ["python", "-m", "p"]) == [
+        "/m/mpirun", "-n", "2", "--oversubscribe", "--bind-to", "none", "python", "-m", "p"]
+    spec = JobSpec(name="x", entrypoint="m:f", nodes=2, processes_per_node=2)
+    assert mpirun.batch_mpirun_argv("/m/mpirun", spec, True, ["A", "B"], ["python"]) == [
+        "/m/mpirun", "-n", "4", "--bind-to", "none", "--allow-run-as-root", "--map-by", "ppr:2:node",
+        "-x", "A", "-x", "B", "python"]
+
+
+def test_srun_starts_each_nodes_tasks_with_the_callers_options():
+    spec = JobSpec(name="x", entrypoint="m:f", nodes=2, processes_per_node=3)
+    assert srun.srun_argv(spec, ["--container-image=i"], ["python"]) == [
+        "srun", "--mpi=pmix", "--kill-on-bad-exit=1", "--unbuffered", "--nodes=2", "--ntasks-per-node=3",
+        "--container-image=i", "python"]
+
+
+def test_mpirun_names_a_victim_of_a_vanished_peer_with_the_peers_host():
+    wrapped = ("An MPI communication peer process has unexpectedly disconnected.\n  Peer host:  node2\n"
+               "prterun has exited due to process rank 0 with PID 0 on node node1 calling\n\"abort\".")
+    (rank, _, fields), = mpirun.rank_reports(wrapped)
+    assert (rank, fields) == (0, {"host": "node1", "lost_peer_host": "node2",
+                                  "error": "called MPI_Abort after losing its connection to a peer on node2"})
+    (rank, _, fields), = mpirun.rank_reports(
+        "An error occurred in Socket closed\nprterun has exited due to process rank 1 with PID 7 on node a calling abort")
+    assert (rank, fields["lost_peer_host"]) == (1, UNKNOWN_PEER_HOST)
+    (_, _, fields), = mpirun.rank_reports("process rank 3 with PID 9 on node b exited on signal 99 (x).")
+    assert fields == {"host": "b", "signal": "signal 99", "error": "killed by signal 99"}
+
+
+def test_srun_task_lists_and_the_line_order_of_its_reports():
+    assert srun.task_ranks("0,2-3") == [0, 2, 3]
+    reports = srun.task_reports("srun: error: n2: task 1: Bus error\nnoise\nsrun: error: n1: tasks 0,2: Terminated")
+    assert reports == [(1, 0, {"host": "n2", "signal": "SIGBUS", "error": "killed by SIGBUS"}),
+                       (0, 2, {"host": "n1", "signal": "SIGTERM", "error": "killed by SIGTERM"}),
+                       (2, 2, {"host": "n1", "signal": "SIGTERM", "error": "killed by SIGTERM"})]
