@@ -29,13 +29,21 @@ class NodeDecision:
 
 class Allocation:
     """The in-job side of a backend: what a running job's supervisor needs from the place its job
-    runs (submitit's JobEnvironment, torchelastic's agent). The supervisor is given one and never
-    asks a scheduler itself. This base class is a machine of our own (a local run): the ranks
-    reach the supervisor on 127.0.0.1, no node can be lost, and nothing is requeued.
+    runs (submitit's JobEnvironment, torchelastic's agent). The supervisor is given one, binds it
+    to its job once (`bind`: the spec, the run directory, where to say things), and from then on
+    asks it with no more than the question's own facts; it never asks a scheduler itself. This
+    base class is a machine of our own (a local run): the ranks reach the supervisor on
+    127.0.0.1, no node can be lost, and nothing is requeued.
     Slurm's: launcher/backends/slurm/allocation.py."""
 
-    backend = "local"
     job_id: str | None = None   # the scheduler's id for the job, when it has one
+
+    def bind(self, spec, run, echo=print) -> "Allocation":
+        """The job this allocation serves: its spec, its run directory (a RunDirectory) and the
+        supervisor's `echo`. The Supervisor calls it once, as it is made; every method below
+        except control_host reads them from here."""
+        self.spec, self.run, self.echo = spec, run, echo
+        return self
 
     def control_host(self, env) -> str:
         """The address the supervisor's control channel binds to, which every rank can reach:
@@ -47,7 +55,7 @@ class Allocation:
     def default_control_host(self, env) -> str:
         return "127.0.0.1"
 
-    def failing_nodes(self, spec, run, echo) -> dict[str, str]:
+    def failing_nodes(self) -> dict[str, str]:
         """{node: why} for the nodes that fail the spec's health check, before the first attempt."""
         return {}
 
@@ -55,27 +63,31 @@ class Allocation:
         """{node: why} for the nodes the allocation lost under a failed attempt."""
         return {}
 
-    def launch_command(self, argv: list[str], spec, run) -> list[str]:
+    def launch_command(self, argv: list[str]) -> list[str]:
         """The launcher's argv for the next attempt (a Slurm allocation with spare nodes names the
         nodes the ranks run on)."""
         return argv
 
-    # --- bad nodes: the supervisor asks the two questions below; a backend implements the four after them
+    # --- bad nodes: the supervisor asks the two questions below and nothing else about them --------
 
-    def can_replace_nodes(self, spec, run, bad=()) -> bool:
+    def can_replace_nodes(self, bad=()) -> bool:
         """Whether `bad` nodes (a hang's culprits) can be replaced at all: by spares inside the
         allocation, or by a requeue without them (otherwise the job restarts or ends as after any failure)."""
-        return self.can_swap_in_spares(spec, run, bad) or self.can_leave_nodes_behind(spec, run, bad)
+        return (self.can_swap_in_spares(self.spec, self.run, bad)
+                or self.can_leave_nodes_behind(self.spec, self.run, bad))
 
-    def replace_nodes(self, bad: dict[str, str], cause: str, failure: dict | None, attempt: int, run, spec,
-                      echo) -> NodeDecision:
+    def replace_nodes(self, bad: dict[str, str], cause: str, failure: dict | None, attempt: int) -> NodeDecision:
         """One decision for `bad` nodes (node: why): spares in their place inside the allocation, else a
         requeue without them, else the end."""
-        if self.swap_in_spares(bad, cause, attempt, run, spec, echo):
+        if self.swap_in_spares(bad, cause, attempt, self.run, self.spec, self.echo):
             return NodeDecision(NodeAction.SPARE)
-        state, failure = self.leave_nodes_behind(bad, cause, failure, attempt, run, spec, echo)
+        state, failure = self.leave_nodes_behind(bad, cause, failure, attempt, self.run, self.spec, self.echo)
         action = NodeAction.REQUEUE if state == JobState.REQUEUED else NodeAction.END
         return NodeDecision(action, state, failure)
+
+    # The backend's hooks behind those two questions, in the order replace_nodes tries them. They
+    # still take spec, run and echo as arguments (unit tests outside the supervisor's call or
+    # override them that way); the supervisor never calls them.
 
     def can_swap_in_spares(self, spec, run, bad=()) -> bool:
         """Whether swap_in_spares can replace `bad` nodes inside this allocation."""
@@ -96,11 +108,13 @@ class Allocation:
                            run, spec, echo) -> tuple[JobState, dict | None]:
         """Give the job its nodes back without `bad`: REQUEUED, or FAILED (with the failure, which the
         supervisor writes) when it cannot."""
-        raise NotImplementedError(f"the {self.backend} backend cannot replace nodes")
+        raise NotImplementedError(f"{type(self).__name__} cannot replace nodes")
 
-    def requeues_spent(self, run, spec, attempts: int, echo) -> dict | None:
-        """When the job starts again in its run directory: the failure that ends it at once
-        (requeued more often than the spec allows), else None."""
+    # --- the job's life in the scheduler ---------------------------------------------------------
+
+    def requeues_spent(self, attempts: int) -> dict | None:
+        """When the job starts again in its run directory (after `attempts` attempts): the failure
+        that ends it at once (requeued more often than the spec allows), else None."""
         return None
 
     def restart_count(self) -> str | None:
@@ -122,13 +136,12 @@ class Allocation:
         """The scheduler ended the ranks for a preemption before they could stop on a notice."""
         return False
 
-    def after_notice(self, run, spec, sources: set[str], checkpointed: bool, echo
-                     ) -> tuple[JobState, dict | None, str | None]:
+    def after_notice(self, sources: set[str], checkpointed: bool) -> tuple[JobState, dict | None, str | None]:
         """The ranks stopped on a preemption notice (or were ended by one): the job's state, its
         failure record, and the cause of a requeue. A local run ends PREEMPTED, to resume with
         `run --resume`."""
         return JobState.PREEMPTED, None, None
 
-    def finish(self, run, state: JobState, requeue_cause: str | None, echo) -> None:
+    def finish(self, state: JobState, requeue_cause: str | None) -> None:
         """After status.json has the final state: what the scheduler must be told (a cancel to
         record, a requeue to make)."""

@@ -80,7 +80,7 @@ class AttemptRunner:
         self.watchdog = HangWatchdog(self.spec.hang_timeout, size=self.spec.num_processes)
         self.channel = ControlServer(self.run, self.control_host, size=self.spec.num_processes,
                                      watchdog=self.watchdog).start()
-        self.run.log_event("attempt_started", attempt=attempt)  # the goodput timeline (launcher/goodput.py)
+        self.run.log_event("attempt_started", attempt=attempt)  # the goodput timeline (launcher/rundir/goodput.py)
         self.run.log_event("watchdog", hang_timeout=self.spec.hang_timeout,
                            collective_timeout=self.spec.collective_timeout)
         ended = None
@@ -101,7 +101,7 @@ class AttemptRunner:
     def _run_attempt(self, attempt: int) -> tuple[str, dict | None, str | None]:
         env = {**os.environ, **self.env, ATTEMPT_ENV: str(attempt), **self.channel.env(),
                OWNER_KEY_ENV: owner_key()}
-        argv = self.allocation.launch_command(self.argv, self.spec, self.run)
+        argv = self.allocation.launch_command(self.argv)
         if argv != self.argv:
             self.run.log_event("launch", argv=argv)
         process = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

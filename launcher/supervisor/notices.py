@@ -67,8 +67,7 @@ class SignalsAndNotices:
             # an agreed step, but the person asked for the job to end, not to come back.
             self.run.log_event("cancelled", at_agreed_point=checkpointed)
             return JobState.CANCELLED, failure
-        state, failure, self.requeue_cause = self.allocation.after_notice(self.run, self.spec, sources, checkpointed,
-                                                                          self.echo)
+        state, failure, self.requeue_cause = self.allocation.after_notice(sources, checkpointed)
         return state, failure
 
     @staticmethod

@@ -18,7 +18,8 @@ restarts the whole job up to `max_restarts` times after a failure.
 
 Everything the job needs from the place it runs (the address ranks reach the supervisor at, bad or
 lost nodes, what a notice or a cancel leads to, a requeue) it asks its `Allocation`
-(allocation.py), which the backend provides; the supervisor names no scheduler.
+(allocation.py), which the backend provides and the Supervisor binds to the job once (spec, run
+directory, echo); the supervisor names no scheduler.
 """
 
 from __future__ import annotations
@@ -81,8 +82,9 @@ class Supervisor(SignalsAndNotices, AttemptRunner):
         self.stop_signal: int | None = None
         self.cancelled_by: str | None = None  # _cancelled_by's words, found once
         self.deadline = None
-        # Where the job runs: this machine, or a scheduler's allocation (a Slurm batch job).
-        self.allocation = allocation or Allocation()
+        # Where the job runs: this machine, or a scheduler's allocation (a Slurm batch job), told
+        # once which job it serves.
+        self.allocation = (allocation or Allocation()).bind(spec, run, echo)
         # Continue an earlier run in this run directory (`run --resume`, or a requeued batch job).
         self.resume = resume
         self.notice_time: float | None = None   # when SIGUSR2 reached the supervisor
@@ -108,7 +110,7 @@ class Supervisor(SignalsAndNotices, AttemptRunner):
         try:
             attempt = first
             swaps = 0  # attempts started on spare nodes: not restarts (max_restarts)
-            failing_check = self.allocation.failing_nodes(self.spec, self.run, self.echo)
+            failing_check = self.allocation.failing_nodes()
             checked = self._replace_nodes(failing_check, Cause.HEALTH_CHECK, None, attempt) if failing_check else None
             if checked is not None and checked.action == NodeAction.SPARE:
                 failing_check = {}
@@ -160,7 +162,7 @@ class Supervisor(SignalsAndNotices, AttemptRunner):
             exit_code = _program_exit_code(failure) or exit_code
         reason = None if failure is None else failure["summary"]
         self.run.update_status(state=state.value, exit_code=exit_code, ended=time.time(), reason=reason)
-        self.allocation.finish(self.run, state, self.requeue_cause, self.echo)
+        self.allocation.finish(state, self.requeue_cause)
         return Outcome(state, exit_code, failure, attempt + 1, restarts=max(0, attempt - first - swaps))
 
     # --- a failure that repeats (governor.py) --------------------------------------------------
@@ -191,7 +193,7 @@ class Supervisor(SignalsAndNotices, AttemptRunner):
     def _replace_nodes(self, bad: dict[str, str], cause: str, failure: dict | None, attempt: int) -> NodeDecision:
         """The allocation's one decision for `bad` nodes (node: why), carried out here: a requeue's
         cause kept for the end, the failure written when the job ends."""
-        decision = self.allocation.replace_nodes(bad, cause, failure, attempt, self.run, self.spec, self.echo)
+        decision = self.allocation.replace_nodes(bad, cause, failure, attempt)
         if decision.action == NodeAction.REQUEUE:
             self.requeue_cause = cause
         elif decision.action == NodeAction.END and decision.failure is not None:
@@ -208,7 +210,7 @@ class Supervisor(SignalsAndNotices, AttemptRunner):
         every = {r["host"] for r in self.channel.started()} if self.channel else set()
         if not nodes or (every and set(nodes) >= every):
             return {}
-        if self.allocation.can_replace_nodes(self.spec, self.run, set(nodes)):
+        if self.allocation.can_replace_nodes(set(nodes)):
             return nodes
         return {}
 
@@ -220,7 +222,7 @@ class Supervisor(SignalsAndNotices, AttemptRunner):
         attempts = self.run.status().attempts
         if attempts:
             self.archive_attempt(attempts - 1)
-        failure = self.allocation.requeues_spent(self.run, self.spec, attempts, self.echo)
+        failure = self.allocation.requeues_spent(attempts)
         if failure is not None:  # requeued too often: end before starting anything
             return Outcome(JobState.FAILED, EXIT_FAILED, failure, attempts, restarts=0)
         if attempts:

@@ -1,8 +1,10 @@
 """The supervisor's decisions, fast: a small Python script stands in for mpirun and its ranks (it
-speaks the control protocol as real ranks do, and writes their error records and result.json), so each test runs
-the real Supervisor loop in well under a second, without MPI or JAX. Also the requeue decisions
-(requeue.py) with a made-up `scontrol show job` record, and the rank side of notices and early
-exits (monitor.py, preemption.py) with a made-up collective tracker."""
+speaks the control protocol as real ranks do, and writes their error records and result.json:
+tests/supervision_helpers.py), so each test runs the real Supervisor loop in well under a second,
+without MPI or JAX. What the supervisor asks of the place its job runs (nodes lost or failing,
+spares, requeues, what a notice or a cancel leads to) is answered by one scripted Allocation
+(tests/fake_allocation.py); SlurmAllocation's own answers: test_slurm_allocation.py. Also the rank
+side of notices and early exits (monitor.py, preemption.py) with a made-up collective tracker."""
 
 import dataclasses
 import importlib
@@ -12,184 +14,24 @@ import signal
 import sys
 import threading
 import time
-from datetime import datetime
 from types import SimpleNamespace
 
 import pytest
 
+from fake_allocation import ScriptedAllocation
 from launcher.supervisor import channel as supervisor_channel
 from launcher.rundir import RunDirectory
 from launcher.rank import monitor, preemption
 from launcher.environment import RUN_DIR_ENV
-from launcher.spec import JobSpec
-from launcher.spec.model import SlurmSpec
-from launcher.backends.slurm import fit, nodes, requeue
-from launcher.errors import SchedulerError
-from launcher.backends.slurm.allocation import SlurmAllocation
+from launcher.states import JobState
 from launcher.supervisor import root_cause
 from launcher.supervisor.supervise import Outcome, Supervisor, describe_outcome, exit_code_for
+# The harness; `slurm` is imported only for test_spare_nodes.py, which takes its fixtures from here.
+from supervision_helpers import (fake_launcher, make_run, quick_stops, seen, slurm, status,  # noqa: F401 (fixtures)
+                                 supervisor)
 
 supervise = importlib.import_module("launcher.supervisor.supervise")  # the package exports a function by that name
 attempt = importlib.import_module("launcher.supervisor.attempt")  # one attempt: where its timings are read
-
-# Stands in for `mpirun ... bootstrap`: argv[1] says how the "ranks" behave this attempt. Each
-# fake rank speaks the real control protocol (launcher/channel.py) to the supervisor.
-FAKE_LAUNCHER = r'''
-import json, os, signal, sys, time
-from pathlib import Path
-
-from launcher.rank.channel import ControlClient
-
-run = Path(os.environ["JAXLAUNCH_RUN_DIR"])
-ranks = int(os.environ["FAKE_RANKS"])
-attempt = int(os.environ["JAXLAUNCH_ATTEMPT"])
-mode = sys.argv[1]
-if mode == "fail_first":
-    mode = "fail" if attempt == 0 else "complete"
-clients = {rank: ControlClient.from_env(rank) for rank in range(ranks)}
-
-
-def write(path, value):
-    tmp = path.parent / ("." + path.name + ".tmp")
-    tmp.write_text(json.dumps(value))
-    os.replace(tmp, path)
-
-
-# What the supervisor told this attempt: its attempt number and status.json while it runs.
-write(run / f"seen-attempt-{attempt}.json",
-      {"attempt": attempt, "status": json.loads((run / "status.json").read_text())})
-print(f"fake launcher: attempt {attempt}, {mode}", flush=True)
-
-
-def done(rank, collectives=3, stopped=None):
-    clients[rank].send("done", {"collectives": collectives, "time": time.time(), "stopped": stopped})
-    clients[rank].close()
-
-
-if mode == "complete":
-    for rank in range(ranks):
-        done(rank)
-    write(run / "result.json", {"attempt": attempt})
-elif mode == "stop":  # every rank stopped at the agreed should_stop() and checkpointed
-    for rank in range(ranks):
-        done(rank, stopped={"sources": ["supervisor"], "call": 4, "time": time.time()})
-elif mode == "wait_for_notice":  # checkpoint and stop once the supervisor passes a notice on
-    deadline = time.monotonic() + 20
-    for rank in range(ranks):
-        while not any(m["kind"] == "preempt" for m in clients[rank].receive(0.05)):
-            if time.monotonic() > deadline:
-                sys.exit("no notice came within 20 s")
-        write(run / f"notice-{rank}.json", {"rank": rank})
-    for rank in range(ranks):
-        done(rank, stopped={"sources": ["supervisor"], "call": 4, "time": time.time()})
-elif mode == "half_stopped":  # rank 0 stopped at a should_stop(), rank 1 returned as if done
-    done(0, stopped={"sources": ["SIGUSR2"], "call": 4, "time": time.time()})
-    done(1)
-elif mode == "one_vanished":  # rank 0 finished and wrote the result; rank 1 started, never finished
-    for rank in range(ranks):
-        clients[rank].send("started", {"host": f"node{rank + 1}", "pid": os.getpid(), "time": time.time()})
-    done(0)
-    write(run / "result.json", {"attempt": attempt})
-elif mode == "fail":
-    write(run / "logs" / "rank-1.error.json",
-          {"rank": 1, "host": "node2", "time": time.time(), "exit_code": 1, "signal": None,
-           "error": f"RuntimeError: attempt {attempt} fails", "traceback": "Traceback ..."})
-    sys.exit(1)
-elif mode == "left_early":  # rank 1 left main after 1 collective; rank 0 waits in #2
-    done(1, collectives=1)
-    clients[0].send("waiting", {"seq": 2, "name": "allreduce", "since": time.time() - 1})
-    time.sleep(60)
-elif mode == "collective_timeout":  # rank 0's watchdog asks for the stop
-    clients[0].send("waiting", {"seq": 2, "name": "allreduce", "since": time.time() - 4})
-    clients[0].send("abort", {"host": "node1", "reason": mode, "time": time.time(),
-                              "message": "allreduce #2 on rank 0 waited 4 s, past collective_timeout=3 s",
-                              "collective": {"seq": 2, "name": "allreduce", "seconds": 4.0}, "culprit": None})
-    time.sleep(60)
-elif mode == "cancel_me":  # as scancel does: SIGTERM to the supervisor
-    os.kill(os.getppid(), signal.SIGTERM)
-    time.sleep(60)
-elif mode in ("scancelled", "sigterm_stop"):  # Slurm's SIGTERM (a cancel or a preemption) reached the ranks
-    for rank in range(ranks):
-        clients[rank].send("notice", {"rank": rank, "sources": ["SIGTERM"], "time": time.time()})
-    if mode == "sigterm_stop":  # srun mode: they agreed on a step, checkpointed and returned
-        for rank in range(ranks):
-            done(rank, stopped={"sources": ["SIGTERM"], "call": 4, "time": time.time()})
-    else:  # mpirun mode: the same signal reached the supervisor, and mpirun ended the ranks
-        os.kill(os.getppid(), signal.SIGTERM)
-        time.sleep(60)
-elif mode == "hang":
-    time.sleep(60)
-elif mode == "hang_after_a_rank_died":  # as prterun once did after ranks died in MPI_Init
-    print("prterun detected that one or more processes exited with non-zero status,\n"
-          "thus causing the job to be terminated. The first process to do so was:\n\n"
-          "   Process name: [prterun-vm-22377@1,1]\n   Exit code:    14", flush=True)
-    time.sleep(60)
-elif mode == "hang_after_mpi_init_failed":  # prterun, under load, after both ranks died in MPI_Init
-    print("*** An error occurred in MPI_Init_thread\n*** on a NULL communicator\n"
-          "[vm:05560] Local abort before MPI_INIT completed completed successfully, but am not able to "
-          "aggregate error messages, and not able to guarantee that all other processes were killed!", flush=True)
-    time.sleep(60)
-else:
-    sys.exit(f"unknown mode {mode}")
-'''
-
-
-@pytest.fixture(scope="module")
-def fake_launcher(tmp_path_factory):
-    path = tmp_path_factory.mktemp("fake") / "fake_launcher.py"
-    path.write_text(FAKE_LAUNCHER)
-    return path
-
-
-@pytest.fixture(autouse=True)
-def quick_stops(monkeypatch):
-    """The fake ranks never answer a stop request: do not wait the real 3 s for their stacks."""
-    monkeypatch.setattr(attempt, "ANSWER_SECONDS", 0.2)
-
-
-@pytest.fixture
-def slurm(monkeypatch):
-    """No Slurm here: `scontrol show job` answers `slurm.record`, `scontrol requeue` is recorded; the
-    cluster's nodes cannot be read (a test that needs them fakes fit.read_cluster)."""
-    state = SimpleNamespace(record={}, requeued=[], cancelled=[])
-
-    def no_cluster():
-        raise SchedulerError(["scontrol", "show", "node"], 1, "", "the unit tier asks no Slurm")
-    monkeypatch.setattr(fit, "read_cluster", no_cluster)
-    monkeypatch.setattr(requeue, "job_record", lambda job_id: dict(state.record))
-    monkeypatch.setattr(requeue, "requeue", lambda job_id: state.requeued.append(job_id))
-    monkeypatch.setattr(requeue, "cancel_in_slurm", lambda job_id: state.cancelled.append(job_id))
-    monkeypatch.delenv(requeue.RESTART_COUNT_ENV, raising=False)
-    return state
-
-
-def make_run(tmp_path, max_requeues=3, **fields) -> tuple[JobSpec, RunDirectory]:
-    spec = JobSpec(name="units", entrypoint="job.py:main", processes_per_node=2,
-                   slurm=SlurmSpec(max_requeues=max_requeues), **fields)
-    return spec, RunDirectory.create(spec, tmp_path / "run")
-
-
-def supervisor(fake_launcher, spec, run, mode, **kw) -> Supervisor:
-    echoed = []
-    sup = Supervisor(spec, run, [sys.executable, str(fake_launcher), mode],
-                     {RUN_DIR_ENV: str(run.path), "FAKE_RANKS": str(spec.num_processes)},
-                     echo=echoed.append, write_output=lambda data: None, **kw)
-    sup.echoed = echoed
-    return sup
-
-
-def seen(run, attempt) -> dict:
-    """What attempt `attempt` saw: its JAXLAUNCH_ATTEMPT and status.json while it ran."""
-    return json.loads((run.path / f"seen-attempt-{attempt}.json").read_text())
-
-
-def status(run) -> dict:
-    return run.read_status()
-
-
-def end_time(seconds_from_now: float) -> str:
-    """An EndTime as `scontrol show job` prints it (local time)."""
-    return datetime.fromtimestamp(time.time() + seconds_from_now).strftime("%Y-%m-%dT%H:%M:%S")
 
 
 # --- exit codes and states ------------------------------------------------------------------------
@@ -353,7 +195,7 @@ def test_a_restart_gets_the_next_attempt_number_and_counts_one_restart(fake_laun
     assert (run.logs / "attempt-0" / "failure.json").exists()
 
 
-# --- preemption, resume and requeue ---------------------------------------------------------------
+# --- preemption and resume (a requeue: below, and test_slurm_allocation.py) ------------------------
 
 def test_resume_goes_on_with_the_attempt_number_and_starts_at_zero_restarts(fake_launcher, tmp_path):
     """`jaxlaunch run --resume`: attempt 1, restarts 0 (a resume is not one of max_restarts)."""
@@ -401,218 +243,191 @@ def test_a_notice_to_the_supervisor_reaches_the_ranks_and_ends_the_run_preempted
     assert status(run)["state"] == "PREEMPTED" and status(run)["exit_code"] == 75
 
 
-def test_a_preempted_batch_job_requeues_itself_and_the_requeued_job_starts_at_zero_restarts(
-        fake_launcher, tmp_path, slurm, monkeypatch):
-    spec, run = make_run(tmp_path, max_requeues=2, max_restarts=2)
-    first = supervisor(fake_launcher, spec, run, "stop", allocation=SlurmAllocation("7"), resume=True).supervise()
-    assert (first.state, first.exit_code) == ("REQUEUED", 0)
-    assert slurm.requeued == ["7"]
-    after = status(run)
-    assert (after["state"], after["requeues"], after["preemptions"], after["timeouts"]) == ("REQUEUED", 1, 1, 0)
+# --- what the supervisor asks its Allocation (a scripted one: tests/fake_allocation.py) -------------
 
-    # Slurm runs the batch script again, same job id, SLURM_RESTART_COUNT=1
-    monkeypatch.setenv(requeue.RESTART_COUNT_ENV, "1")
-    second = supervisor(fake_launcher, spec, run, "complete", allocation=SlurmAllocation("7"), resume=True).supervise()
-    assert (second.state, second.exit_code) == ("COMPLETED", 0)
-    assert seen(run, 1)["attempt"] == 1
-    assert seen(run, 1)["status"]["attempts"] == 2 and seen(run, 1)["status"]["restarts"] == 0
-    final = status(run)
-    assert (final["attempts"], final["restarts"], final["requeues"], final["preemptions"]) == (2, 0, 1, 1)
-    assert slurm.requeued == ["7"]  # not requeued again
-    assert not any(e["event"] == "requeued_by_slurm" for e in run.read_events())
+def test_the_supervisor_binds_its_allocation_to_the_job_once_and_asks_no_more_of_it(fake_launcher, tmp_path):
+    spec, run = make_run(tmp_path)
+    allocation = ScriptedAllocation()
+    sup = supervisor(fake_launcher, spec, run, "complete", allocation=allocation)
+    assert allocation.bound == [(spec, run, sup.echo)]
+    assert sup.supervise().state == "COMPLETED"
+    assert len(allocation.bound) == 1
+    assert allocation.questions() == ["failing_nodes", "launch_command", "finish"]
+    assert allocation.asked("finish") == [(JobState.COMPLETED, None)]
 
 
-@pytest.mark.parametrize("requeues, max_requeues", [(0, 0), (1, 1), (3, 3)])
-def test_a_notice_once_max_requeues_are_spent_ends_the_job_failed(fake_launcher, tmp_path, slurm, monkeypatch,
-                                                                    requeues, max_requeues):
-    spec, run = make_run(tmp_path, max_requeues=max_requeues)
-    run.update_status(state="REQUEUED", attempts=requeues, requeues=requeues, preemptions=requeues)
-    monkeypatch.setenv(requeue.RESTART_COUNT_ENV, str(requeues))
-    outcome = supervisor(fake_launcher, spec, run, "stop", allocation=SlurmAllocation("7"), resume=True).supervise()
-    assert (outcome.state, outcome.exit_code) == ("FAILED", 1)
-    assert slurm.requeued == []
-    failure = json.loads(run.failure_file.read_text())
-    assert failure["reason"] == "requeue_limit" and failure["state"] == "FAILED"
-    assert f"slurm.max_requeues={max_requeues} is spent; no checkpoint was written" in failure["summary"]
-    assert failure["summary"].startswith(f"preemption notice after {requeues} requeue(s)")
-    final = status(run)
-    assert (final["state"], final["exit_code"], final["requeues"]) == ("FAILED", 1, requeues)
-
-
-@pytest.mark.parametrize("requeues, max_requeues", [(0, 1), (2, 3)])
-def test_a_notice_before_max_requeues_are_spent_requeues(fake_launcher, tmp_path, slurm, monkeypatch,
-                                                         requeues, max_requeues):
-    spec, run = make_run(tmp_path, max_requeues=max_requeues)
-    run.update_status(state="REQUEUED", attempts=requeues, requeues=requeues, preemptions=requeues)
-    monkeypatch.setenv(requeue.RESTART_COUNT_ENV, str(requeues))
-    outcome = supervisor(fake_launcher, spec, run, "stop", allocation=SlurmAllocation("7"), resume=True).supervise()
-    assert (outcome.state, outcome.exit_code) == ("REQUEUED", 0)
-    assert slurm.requeued == ["7"]
-    assert status(run)["requeues"] == requeues + 1 and status(run)["preemptions"] == requeues + 1
-
-
-def test_a_requeued_job_runs_its_last_allowed_allocation(fake_launcher, tmp_path, slurm, monkeypatch):
-    """requeues == max_requeues at the start: this allocation may still run (and finish)."""
-    spec, run = make_run(tmp_path, max_requeues=2)
-    run.update_status(state="REQUEUED", attempts=2, requeues=2, preemptions=2)
-    monkeypatch.setenv(requeue.RESTART_COUNT_ENV, "2")
-    outcome = supervisor(fake_launcher, spec, run, "complete", allocation=SlurmAllocation("7"), resume=True).supervise()
-    assert (outcome.state, outcome.exit_code) == ("COMPLETED", 0)
-    assert seen(run, 2)["attempt"] == 2
-
-
-def test_requeues_slurm_made_without_us_count_and_can_spend_the_limit(fake_launcher, tmp_path, slurm,
-                                                                       monkeypatch):
-    """Slurm requeued the job after a preemption killed it before it could stop: SLURM_RESTART_COUNT
-    is ahead of status.json's requeues."""
-    spec, run = make_run(tmp_path, max_requeues=3)
-    run.update_status(state="RUNNING", attempts=1, requeues=0)
-    monkeypatch.setenv(requeue.RESTART_COUNT_ENV, "2")
-    outcome = supervisor(fake_launcher, spec, run, "complete", allocation=SlurmAllocation("7"), resume=True).supervise()
+def test_the_attempt_runs_the_allocations_launch_command_and_logs_it(fake_launcher, tmp_path):
+    spec, run = make_run(tmp_path)
+    allocation = ScriptedAllocation(launch=lambda argv: [*argv[:-1], "complete"])  # the ranks behave otherwise
+    outcome = supervisor(fake_launcher, spec, run, "fail", allocation=allocation).supervise()
     assert outcome.state == "COMPLETED"
-    assert (status(run)["requeues"], status(run)["preemptions"]) == (2, 2)
-    assert [(e["count"], e["restart_count"]) for e in run.read_events() if e["event"] == "requeued_by_slurm"] == [
-        (2, 2)]
-
-    spent, run = make_run(tmp_path / "spent", max_requeues=1)
-    run.update_status(state="RUNNING", attempts=1, requeues=0)
-    outcome = supervisor(fake_launcher, spent, run, "complete", allocation=SlurmAllocation("7"), resume=True).supervise()
-    assert (outcome.state, outcome.exit_code) == ("FAILED", 1)
-    assert json.loads(run.failure_file.read_text())["reason"] == "requeue_limit"
-    assert not (run.path / "seen-attempt-1.json").exists()  # ended before starting anything
+    assert allocation.asked("launch_command") == [([sys.executable, str(fake_launcher), "fail"],)]
+    assert [e["argv"] for e in run.read_events() if e["event"] == "launch"] == [
+        [sys.executable, str(fake_launcher), "complete"]]
 
 
-def test_a_batch_job_ended_by_slurms_preemption_requeues_but_a_timeout_does_not(fake_launcher, tmp_path, slurm):
-    slurm.record = {"PreemptTime": "2026-11-22T14:16:48", "EndTime": end_time(3600)}
-    spec, run = make_run(tmp_path, max_requeues=2)
-    outcome = supervisor(fake_launcher, spec, run, "fail", allocation=SlurmAllocation("7"), resume=True).supervise()
+def test_a_node_lost_under_a_failed_attempt_is_left_behind_through_the_allocation(fake_launcher, tmp_path):
+    """The attempt failed and the allocation says a node went away under it: the supervisor does not
+    restart on a smaller allocation, but asks the allocation's one decision (no spare: a requeue
+    without that node) and tells it the cause at the end. Slurm's side (the node excluded, counted,
+    logged): test_slurm_allocation.py, test_a_lost_node_is_left_behind_by_a_requeue_that_excludes_it."""
+    spec, run = make_run(tmp_path, max_restarts=2)
+    allocation = ScriptedAllocation(lost=[{"node3": "DOWN (Not responding)"}], requeues=1)
+    outcome = supervisor(fake_launcher, spec, run, "fail", allocation=allocation).supervise()
+    assert (outcome.state, outcome.exit_code, outcome.attempts) == ("REQUEUED", 0, 1)
+    assert not (run.path / "seen-attempt-1.json").exists()  # no restart
+    assert allocation.asked("replace_nodes") == [({"node3": "DOWN (Not responding)"}, "node_failure", 0)]
+    # spares first, then the requeue: the order is the Allocation's (replace_nodes)
+    assert [call[0] for call in allocation.calls if call[0] in ("swap_in_spares", "leave_nodes_behind")] == [
+        "swap_in_spares", "leave_nodes_behind"]
+    assert allocation.asked("finish") == [(JobState.REQUEUED, "node_failure")]
+    assert not run.failure_file.exists() and status(run)["state"] == "REQUEUED"
+
+
+def test_a_spare_in_a_lost_nodes_place_starts_the_next_attempt_at_once_and_is_no_restart(fake_launcher, tmp_path):
+    spec, run = make_run(tmp_path)  # max_restarts=0: a swap is not a restart
+    allocation = ScriptedAllocation(lost=[{"node2": "State=DOWN"}], spares=1, requeues=1)
+    outcome = supervisor(fake_launcher, spec, run, "fail_first", allocation=allocation).supervise()
+    assert (outcome.state, outcome.attempts, outcome.restarts) == ("COMPLETED", 2, 0)
+    assert seen(run, 1)["attempt"] == 1 and seen(run, 1)["status"]["restarts"] == 0
+    assert status(run)["restarts"] == 0
+    assert (run.logs / "attempt-0" / "failure.json").exists()  # the failed attempt's record, kept with its logs
+    assert allocation.asked("leave_nodes_behind") == [] and allocation.requeues == 1
+    assert allocation.asked("finish") == [(JobState.COMPLETED, None)]
+
+
+def test_with_no_spare_and_no_requeue_left_the_job_ends_with_the_allocations_failure(fake_launcher, tmp_path):
+    spec, run = make_run(tmp_path, max_restarts=2)
+    allocation = ScriptedAllocation(lost=[{"node2": "State=DOWN"}])
+    outcome = supervisor(fake_launcher, spec, run, "fail", allocation=allocation).supervise()
+    assert (outcome.state, outcome.exit_code, outcome.attempts) == ("FAILED", 1, 1)
+    failure = json.loads(run.failure_file.read_text())  # the supervisor writes the allocation's failure
+    assert (failure["summary"], failure["reason"]) == ("node(s) node2 and no requeue left", "node_failure")
+    assert status(run)["reason"] == failure["summary"]
+    assert allocation.asked("finish") == [(JobState.FAILED, None)]  # no requeue to make
+
+
+@pytest.mark.parametrize("spares, requeues, state, attempts", [(1, 0, "COMPLETED", 1), (0, 1, "REQUEUED", 0),
+                                                                (0, 0, "FAILED", 0)],
+                         ids=["spare", "requeue", "end"])
+def test_a_node_failing_the_health_check_gets_the_allocations_decision_before_any_attempt(
+        fake_launcher, tmp_path, spares, requeues, state, attempts):
+    spec, run = make_run(tmp_path)
+    allocation = ScriptedAllocation(failing={"node1": "health check exited with code 1"}, spares=spares,
+                                    requeues=requeues)
+    outcome = supervisor(fake_launcher, spec, run, "complete", allocation=allocation).supervise()
+    assert (outcome.state, outcome.attempts) == (state, attempts)
+    assert allocation.asked("replace_nodes") == [({"node1": "health check exited with code 1"}, "health_check", 0)]
+    assert (run.path / "seen-attempt-0.json").exists() == (state == "COMPLETED")  # no attempt ran on a bad node
+    assert allocation.asked("finish") == [(JobState.parse(state), "health_check" if state == "REQUEUED" else None)]
+    if state == "FAILED":
+        assert json.loads(run.failure_file.read_text())["reason"] == "health_check"
+
+
+def test_a_hangs_culprit_nodes_are_blamed_only_where_the_allocation_can_replace_them(tmp_path):
+    spec, run = make_run(tmp_path)
+    allocation = ScriptedAllocation(spares=1)
+    sup = Supervisor(spec, run, [], {}, allocation=allocation)
+    sup.channel = SimpleNamespace(started=lambda: [{"host": "n1"}, {"host": "n2"}])
+    failure = {"hang": {"roll_call": {"culprits": [{"rank": 1, "host": "n2", "why": "in its own code at l.py:2"}]}}}
+    assert list(sup._hang_culprit_nodes("hang", failure)) == ["n2"]
+    assert allocation.asked("can_replace_nodes") == [({"n2"},)]
+    allocation.spares = 0
+    assert sup._hang_culprit_nodes("hang", failure) == {}
+    allocation.requeues = 1
+    assert list(sup._hang_culprit_nodes("collective_timeout", failure)) == ["n2"]
+
+
+@pytest.mark.parametrize("notice", [(JobState.REQUEUED, None, "preemption"),
+                                    (JobState.FAILED, {"summary": "requeues spent", "reason": "requeue_limit"}, None)],
+                         ids=["requeue", "end"])
+def test_what_a_notice_leads_to_is_the_allocations_to_say(fake_launcher, tmp_path, notice):
+    spec, run = make_run(tmp_path)
+    allocation = ScriptedAllocation(notice=notice)
+    outcome = supervisor(fake_launcher, spec, run, "stop", allocation=allocation).supervise()
+    state, failure, cause = notice
+    assert (outcome.state, outcome.exit_code, outcome.failure) == (state, exit_code_for(state), failure)
+    assert allocation.asked("after_notice") == [({"supervisor"}, True)]  # every rank stopped at a checkpoint
+    assert allocation.asked("finish") == [(state, cause)]
+    assert status(run)["state"] == state and status(run).get("reason") == (failure or {}).get("summary")
+
+
+def test_a_resumed_job_the_allocation_says_was_requeued_too_often_ends_before_starting(fake_launcher, tmp_path):
+    spec, run = make_run(tmp_path)
+    run.update_status(state="REQUEUED", attempts=2)
+    spent = {"summary": "requeued 3 times, more than the spec allows", "reason": "requeue_limit", "state": "FAILED"}
+    allocation = ScriptedAllocation(requeues_spent=spent)
+    outcome = supervisor(fake_launcher, spec, run, "complete", allocation=allocation, resume=True).supervise()
+    assert (outcome.state, outcome.exit_code, outcome.attempts, outcome.failure) == ("FAILED", 1, 2, spent)
+    assert allocation.questions() == ["requeues_spent"] and allocation.asked("requeues_spent") == [(2,)]
+    assert not (run.path / "seen-attempt-2.json").exists()  # nothing started
+
+
+def test_a_resumed_job_logs_the_schedulers_restart_count(fake_launcher, tmp_path):
+    spec, run = make_run(tmp_path)
+    run.update_status(state="REQUEUED", attempts=2)
+    allocation = ScriptedAllocation(restart_count="2")
+    outcome = supervisor(fake_launcher, spec, run, "complete", allocation=allocation, resume=True).supervise()
+    assert (outcome.state, outcome.attempts) == ("COMPLETED", 3) and seen(run, 2)["attempt"] == 2
+    assert [(e["attempt"], e["restart_count"]) for e in run.read_events() if e["event"] == "resumed"] == [(2, "2")]
+
+
+def test_a_failed_attempt_the_scheduler_preempted_is_a_preemption_but_a_timeout_is_not(fake_launcher, tmp_path):
+    preempted = dict(ended_by_preemption=True, notice=(JobState.REQUEUED, None, "preemption"))
+    spec, run = make_run(tmp_path)
+    allocation = ScriptedAllocation(**preempted)
+    outcome = supervisor(fake_launcher, spec, run, "fail", allocation=allocation).supervise()
     assert (outcome.state, outcome.exit_code) == ("REQUEUED", 0)
-    assert (status(run)["requeues"], status(run)["preemptions"], status(run)["timeouts"]) == (1, 1, 0)
+    assert allocation.asked("after_notice") == [(set(), False)]  # no notice reached the ranks, no checkpoint
     assert not run.failure_file.exists()
 
-    spec, run = make_run(tmp_path / "timeout", max_requeues=2, timeout=1)
-    outcome = supervisor(fake_launcher, spec, run, "hang", allocation=SlurmAllocation("7"), resume=True).supervise()
+    spec, run = make_run(tmp_path / "timeout", timeout=1)
+    allocation = ScriptedAllocation(**preempted)
+    outcome = supervisor(fake_launcher, spec, run, "hang", allocation=allocation).supervise()
     assert (outcome.state, outcome.exit_code) == ("TIMEOUT", 124)
-    assert slurm.requeued == ["7"]  # only the first run's
+    assert allocation.asked("ended_by_preemption") == [] and allocation.asked("after_notice") == []
 
-
-# `scontrol show job` while a job ends, as read on the local test cluster (Slurm 22.05).
-SCANCEL_RECORD = {"JobState": "COMPLETING", "Reason": "None", "PreemptTime": "None", "Restarts": "0"}
-TIME_LIMIT_RECORD = {"JobState": "COMPLETING", "Reason": "TimeLimit", "PreemptTime": "None", "Restarts": "0"}
-PREEMPTED_RECORD = {"JobState": "RUNNING", "Reason": "None", "PreemptTime": "2026-11-24T23:11:02", "Restarts": "0"}
-REQUEUED_RECORD = {"JobState": "PENDING", "Reason": "BeginTime", "Restarts": "1"}  # no PreemptTime once requeued
+    spec, run = make_run(tmp_path / "local")
+    allocation = ScriptedAllocation(job_id=None, **preempted)  # no scheduler: nobody to preempt it
+    assert supervisor(fake_launcher, spec, run, "fail", allocation=allocation).supervise().state == "FAILED"
+    assert allocation.asked("ended_by_preemption") == []
 
 
 @pytest.mark.parametrize("mode", ["scancelled", "sigterm_stop"])
-def test_a_plain_scancel_ends_the_batch_job_cancelled_never_requeued(fake_launcher, tmp_path, slurm, mode):
-    """Issue 29: the cancel's SIGTERM reached the ranks as a preemption notice and the job requeued."""
-    slurm.record = SCANCEL_RECORD
-    spec, run = make_run(tmp_path, max_requeues=3)
-    outcome = supervisor(fake_launcher, spec, run, mode, allocation=SlurmAllocation("7")).supervise()
+def test_a_cancel_the_scheduler_saw_ends_the_job_cancelled_and_any_other_sigterm_is_a_notice(fake_launcher, tmp_path,
+                                                                                           mode):
+    """Slurm sends a cancel and a preemption the same SIGTERM: the allocation tells them apart."""
+    requeue = (JobState.REQUEUED, None, "preemption")
+    spec, run = make_run(tmp_path)
+    allocation = ScriptedAllocation(cancelled_outside=True, notice=requeue)
+    outcome = supervisor(fake_launcher, spec, run, mode, allocation=allocation).supervise()
     assert (outcome.state, outcome.exit_code) == ("CANCELLED", 143)
-    assert slurm.requeued == [] and status(run)["requeues"] == 0 and status(run)["state"] == "CANCELLED"
-    assert slurm.cancelled == ["7"]  # Slurm records it CANCELLED, whoever asked
+    assert allocation.asked("after_notice") == [] and allocation.asked("finish") == [(JobState.CANCELLED, None)]
 
-
-@pytest.mark.parametrize("record", [PREEMPTED_RECORD, REQUEUED_RECORD, TIME_LIMIT_RECORD, {}],
-                         ids=["preempt-time-set", "requeued-by-slurm", "time-limit", "no-record"])
-@pytest.mark.parametrize("mode", ["scancelled", "sigterm_stop"])
-def test_the_same_sigterm_from_a_preemption_still_requeues(fake_launcher, tmp_path, slurm, mode, record):
-    slurm.record = record
-    spec, run = make_run(tmp_path, max_requeues=3)
-    outcome = supervisor(fake_launcher, spec, run, mode, allocation=SlurmAllocation("7")).supervise()
+    spec, run = make_run(tmp_path / "preempted")
+    allocation = ScriptedAllocation(notice=requeue)
+    outcome = supervisor(fake_launcher, spec, run, mode, allocation=allocation).supervise()
     assert (outcome.state, outcome.exit_code) == ("REQUEUED", 0)
-    assert slurm.requeued == ["7"] and status(run)["requeues"] == 1 and slurm.cancelled == []
+    assert allocation.asked("after_notice") == [({"SIGTERM"}, mode == "sigterm_stop")]
+    assert allocation.asked("finish") == [(JobState.REQUEUED, "preemption")]
 
 
-def test_jaxlaunch_cancel_is_a_cancel_whatever_slurm_says(fake_launcher, tmp_path, slurm):
-    """`jaxlaunch cancel` writes its event before it signals: no requeue even when scontrol cannot
-    answer, or says the job is preempted. An event from before this batch job started does not count."""
-    slurm.record = PREEMPTED_RECORD
-    spec, run = make_run(tmp_path, max_requeues=3)
+def test_jaxlaunch_cancel_is_a_cancel_whatever_the_allocation_says(fake_launcher, tmp_path):
+    """`jaxlaunch cancel` writes its event before it signals: no requeue, whatever the allocation
+    would make of the notice. An event from before this launch does not count."""
+    requeue = (JobState.REQUEUED, None, "preemption")
+    spec, run = make_run(tmp_path)
     run.log_event("cancel_requested", by="an earlier batch job")
     time.sleep(0.01)
-    assert supervisor(fake_launcher, spec, run, "sigterm_stop", allocation=SlurmAllocation("7")).supervise().state == "REQUEUED"
+    allocation = ScriptedAllocation(notice=requeue)
+    assert supervisor(fake_launcher, spec, run, "sigterm_stop", allocation=allocation).supervise().state == "REQUEUED"
 
-    spec, run = make_run(tmp_path / "now", max_requeues=3)
-    sup = supervisor(fake_launcher, spec, run, "scancelled", allocation=SlurmAllocation("7"))
+    spec, run = make_run(tmp_path / "now")
+    allocation = ScriptedAllocation(notice=requeue)
+    sup = supervisor(fake_launcher, spec, run, "scancelled", allocation=allocation)
     run.log_event("cancel_requested", by="jaxlaunch cancel")
-    assert sup.supervise().state == "CANCELLED" and status(run)["requeues"] == 0
-
-
-def test_slurms_record_tells_a_cancel_from_a_preemption_and_a_time_limit():
-    assert requeue.cancelled_by_slurm(SCANCEL_RECORD)
-    assert requeue.cancelled_by_slurm({**SCANCEL_RECORD, "JobState": "CANCELLED"})
-    for record in (TIME_LIMIT_RECORD, PREEMPTED_RECORD, REQUEUED_RECORD, {"JobState": "RUNNING", "Reason": "None"},
-                   {**SCANCEL_RECORD, "PreemptTime": "2026-11-24T23:11:02"}, {}):
-        assert not requeue.cancelled_by_slurm(record), record
-
-
-@pytest.mark.parametrize("record, sources, cause", [
-    ({"PreemptTime": "2026-11-22T14:16:48", "EndTime": end_time(60)}, {"supervisor"}, "preemption"),
-    ({"PreemptTime": "None", "EndTime": end_time(3600)}, {"SIGTERM"}, "preemption"),
-    ({"PreemptTime": "None", "EndTime": end_time(60)}, {"SIGTERM", "supervisor"}, "preemption"),
-    ({"PreemptTime": "None", "EndTime": end_time(100)}, {"supervisor"}, "timeout"),
-    ({"PreemptTime": "Unknown", "EndTime": end_time(100)}, {"supervisor"}, "timeout"),
-    ({"PreemptTime": "None", "EndTime": end_time(3600)}, {"supervisor"}, "preemption"),
-    ({"PreemptTime": "None", "EndTime": end_time(100)}, {"SIGUSR2"}, "preemption"),
-    ({"PreemptTime": "None", "EndTime": "Unknown"}, {"supervisor"}, "preemption"),
-    ({}, {"supervisor"}, "preemption"),
-], ids=["slurm-preempted", "sigterm", "sigterm-near-the-limit", "notice-near-the-limit", "preempt-time-unknown",
-        "notice-far-from-the-limit", "usr2-to-the-steps", "no-end-time", "no-record"])
-def test_each_notice_is_classified_as_preemption_or_time_limit(record, sources, cause):
-    assert requeue.classify(record, sources, notice_seconds=90) == cause
-
-
-@pytest.mark.parametrize("left, cause", [(149.0, "timeout"), (150.0, "timeout"), (151.0, "preemption")])
-def test_a_time_limit_notice_comes_within_checkpoint_notice_plus_60_s(monkeypatch, left, cause):
-    monkeypatch.setattr(requeue, "seconds_left", lambda record, now=None: left)
-    assert requeue.classify({"EndTime": "x"}, {"supervisor"}, notice_seconds=90) == cause
-
-
-def test_seconds_left_reads_slurms_end_time():
-    now = time.time()
-    record = {"EndTime": datetime.fromtimestamp(now + 300).strftime("%Y-%m-%dT%H:%M:%S")}
-    assert 298 <= requeue.seconds_left(record, now) <= 300
-    assert requeue.seconds_left({"EndTime": "Unknown"}) is None and requeue.seconds_left({}) is None
-
-
-@pytest.mark.parametrize("record, cause", [
-    ({"PreemptTime": "None", "EndTime": end_time(100)}, "timeout"),
-    ({"PreemptTime": "2026-11-22T14:16:48", "EndTime": end_time(3600)}, "preemption")])
-def test_requeues_count_time_limits_and_preemptions_apart(fake_launcher, tmp_path, slurm, monkeypatch, record,
-                                                          cause):
-    slurm.record = record
-    spec, run = make_run(tmp_path, max_requeues=5)
-    run.update_status(state="REQUEUED", attempts=3, requeues=2, preemptions=1, timeouts=1)
-    monkeypatch.setenv(requeue.RESTART_COUNT_ENV, "2")
-    sup = supervisor(fake_launcher, spec, run, "stop", allocation=SlurmAllocation("7"), resume=True)
-    assert sup.supervise().state == "REQUEUED"
-    expected = {"requeues": 3, "preemptions": 1 + (cause == "preemption"), "timeouts": 1 + (cause == "timeout")}
-    assert {key: status(run)[key] for key in expected} == expected
-    assert next(e for e in run.read_events() if e["event"] == "requeue")["cause"] == cause
-    assert any(line.startswith(f"jaxlaunch: {cause} notice (supervisor); requeueing job 7") and
-               "(requeue 3 of at most 5)" in line for line in sup.echoed)
-
-
-def test_the_requeue_limit_summary_counts_each_cause(tmp_path, slurm):
-    slurm.record = {"PreemptTime": "None", "EndTime": end_time(100)}
-    spec, run = make_run(tmp_path, max_requeues=2)
-    run.update_status(attempts=3, requeues=2, preemptions=1, timeouts=1)
-    sup = Supervisor(spec, run, [], {}, echo=lambda m: None, allocation=SlurmAllocation("7"))
-    sup.notice_time = time.time()  # the notice came to the batch shell (sbatch --signal=B:USR2)
-    state, failure = sup.after_preemption(None)
-    assert state == "FAILED"
-    assert failure["summary"] == (f"timeout notice after 2 requeue(s) (1 preemption(s), 1 time limit(s)): "
-                                  f"slurm.max_requeues=2 is spent; no checkpoint was written")
-    assert failure["attempt"] == 2
-    assert slurm.requeued == []
-
-
-def test_the_job_id_to_requeue_is_the_array_tasks_own():
-    assert requeue.slurm_job_id({"SLURM_JOB_ID": "12"}) == "12"
-    assert requeue.slurm_job_id({"SLURM_JOB_ID": "15", "SLURM_ARRAY_JOB_ID": "12", "SLURM_ARRAY_TASK_ID": "3"}) == "12_3"
-    assert requeue.slurm_job_id({}) is None
+    assert sup.supervise().state == "CANCELLED"
+    assert allocation.asked("after_notice") == [] and allocation.asked("finish") == [(JobState.CANCELLED, None)]
 
 
 # --- what is printed at the end -------------------------------------------------------------------
@@ -863,49 +678,6 @@ def test_root_cause_of_a_left_early_stop_is_the_culprit_unless_it_recorded_its_o
     own = {"rank": 1, "host": "b", "time": 4.0, "error": "RuntimeError: own", "exit_code": 1, "signal": None}
     failure = root_cause.build_failure(rank_errors=[own], abort_requests=[request], **args)
     assert failure["first_failure"]["error"] == "RuntimeError: own" and failure["first_failure"]["source"] == "rank"
-
-
-
-def test_a_second_node_exclusion_keeps_the_nodes_excluded_by_earlier_requeues(fake_launcher, tmp_path, slurm,
-                                                                               monkeypatch):
-    """Issue 29: the job was requeued once without node1; now node3 fails the health check. The
-    requeue must leave both behind (and keep node9, excluded at submission): status.json, the
-    event and the one `scontrol update ExcNodeList=...`."""
-
-    spec = JobSpec(name="units", entrypoint="job.py:main", processes_per_node=2,
-                   slurm=SlurmSpec(max_requeues=3, health_check="true"))
-    run = RunDirectory.create(spec, tmp_path / "run")
-    run.update_status(state="REQUEUED", attempts=1, requeues=1, node_failures=1, excluded_nodes=["node1"])
-    monkeypatch.setenv(requeue.RESTART_COUNT_ENV, "1")
-    slurm.record = {"ExcNodeList": "node1,node9"}  # Slurm's record: sbatch --exclude=node9, then our first requeue
-    updates = []
-    monkeypatch.setattr(nodes, "allocated_nodes", lambda env=os.environ: ["node2", "node3"])
-    monkeypatch.setattr(nodes, "health_check", lambda command, allocated: {"node3": "health check exited with code 1"})
-    monkeypatch.setattr(nodes, "exclude", lambda job_id, nodelist: updates.append((job_id, nodelist)))
-    outcome = supervisor(fake_launcher, spec, run, "complete", allocation=SlurmAllocation("7"), resume=True).supervise()
-    assert (outcome.state, outcome.exit_code) == ("REQUEUED", 0) and slurm.requeued == ["7"]
-    final = status(run)
-    assert final["excluded_nodes"] == ["node1", "node3"]
-    assert (final["requeues"], final["node_failures"]) == (2, 2)
-    assert next(e for e in run.read_events() if e["event"] == "requeue")["exclude"] == ["node1", "node3"]
-    assert len(updates) == 1 and updates[0][0] == "7"
-    assert set(updates[0][1].split(",")) == {"node1", "node3", "node9"}, updates
-
-
-def test_a_node_lost_under_a_failed_attempt_is_left_behind_through_the_allocation(fake_launcher, tmp_path,
-                                                                                 monkeypatch, slurm):
-    """The attempt failed and the allocation says a node went away under it: the supervisor does not
-    restart on a smaller allocation, but requeues without that node (SlurmAllocation.lost_nodes)."""
-    spec, run = make_run(tmp_path, max_restarts=2)
-    updates = []
-    monkeypatch.setattr(nodes, "allocated_nodes", lambda env=os.environ: ["node2", "node3"])
-    monkeypatch.setattr(nodes, "lost_nodes", lambda record, allocated: {"node3": "DOWN (Not responding)"})
-    monkeypatch.setattr(nodes, "exclude", lambda job_id, nodelist: updates.append((job_id, nodelist)))
-    outcome = supervisor(fake_launcher, spec, run, "fail", allocation=SlurmAllocation("7")).supervise()
-    assert outcome.state == "REQUEUED" and outcome.attempts == 1 and slurm.requeued == ["7"]
-    final = status(run)
-    assert final["excluded_nodes"] == ["node3"] and final["node_failures"] == 1
-    assert any(e["event"] == "nodes_left_behind" and e["cause"] == "node_failure" for e in run.read_events())
 
 
 @pytest.mark.parametrize("program", ["launcher.backends.slurm.batch", "launcher.supervisor"])

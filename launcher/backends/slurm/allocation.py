@@ -1,7 +1,7 @@
 """The in-job side of the Slurm backend: what the supervisor inside a batch job asks of Slurm
 (where the ranks reach it, which nodes failed, what a notice or a cancel leads to, the requeue).
-The supervisor (launcher/supervisor/supervise.py) is given a `SlurmAllocation` and never names
-Slurm itself."""
+The supervisor (launcher/supervisor/supervise.py) is given a `SlurmAllocation`, binds it to the
+job (spec, run directory, echo) and never names Slurm itself."""
 
 from __future__ import annotations
 
@@ -17,8 +17,6 @@ from . import fit, nodes, requeue, scheduler, spares, srun
 
 
 class SlurmAllocation(Allocation):
-    backend = "slurm"
-
     def __init__(self, job_id: str):
         self.job_id = job_id
         self.in_use: list[str] | None = None  # the nodes the latest attempt ran on, with spare nodes
@@ -45,15 +43,16 @@ class SlurmAllocation(Allocation):
         except OSError:
             return "127.0.0.1"
 
-    def failing_nodes(self, spec, run, echo) -> dict[str, str]:
-        command = spec.slurm.health_check
+    def failing_nodes(self) -> dict[str, str]:
+        command = self.spec.slurm.health_check
         allocated = nodes.allocated_nodes() if command else []
         if not allocated:
             return {}
-        echo(f"jaxlaunch: running the health check on {len(allocated)} node(s)")
+        self.echo(f"jaxlaunch: running the health check on {len(allocated)} node(s)")
         started = time.time()
         failing = nodes.health_check(command, allocated)
-        run.log_event("health_check", nodes=len(allocated), failed=failing, seconds=round(time.time() - started, 3))
+        self.run.log_event("health_check", nodes=len(allocated), failed=failing,
+                           seconds=round(time.time() - started, 3))
         return failing
 
     def lost_nodes(self) -> dict[str, str]:
@@ -63,7 +62,9 @@ class SlurmAllocation(Allocation):
 
     # --- spare nodes (slurm.spare_nodes; spares.py) -------------------------------------------
 
-    def launch_command(self, argv, spec, run):
+    def launch_command(self, argv, spec=None, run=None):
+        if spec is None:  # the supervisor's call; tests/unit/test_spare_nodes.py still asks an unbound allocation
+            spec, run = self.spec, self.run
         allocated = nodes.allocated_nodes()
         if not spec.slurm.spare_nodes or len(allocated) <= spec.nodes:
             return argv
@@ -176,8 +177,8 @@ class SlurmAllocation(Allocation):
              f"its latest checkpoint")
         return JobState.REQUEUED, None
 
-    def requeues_spent(self, run, spec, attempts, echo):
-        return requeue.count_requeues_slurm_made(run, spec, attempts, echo)
+    def requeues_spent(self, attempts):
+        return requeue.count_requeues_slurm_made(self.run, self.spec, attempts, self.echo)
 
     def restart_count(self) -> str | None:
         return os.environ.get(requeue.RESTART_COUNT_ENV)
@@ -191,12 +192,13 @@ class SlurmAllocation(Allocation):
     def ended_by_preemption(self) -> bool:
         return requeue.preempted_by_slurm(requeue.job_record(self.job_id))
 
-    def after_notice(self, run, spec, sources, checkpointed, echo):
-        state, failure, cause = requeue.decide(run, spec, self.job_id, sources, checkpointed, echo)
+    def after_notice(self, sources, checkpointed):
+        state, failure, cause = requeue.decide(self.run, self.spec, self.job_id, sources, checkpointed, self.echo)
         return JobState.parse(state), failure, cause
 
-    def finish(self, run, state, requeue_cause, echo) -> None:
+    def finish(self, state, requeue_cause) -> None:
         if state == JobState.CANCELLED:
             requeue.cancel_in_slurm(self.job_id)
         elif state == JobState.REQUEUED:
-            requeue.requeue_now(run, self.job_id, requeue_cause, echo, exclude=run.status().excluded_nodes or [])
+            requeue.requeue_now(self.run, self.job_id, requeue_cause, self.echo,
+                                exclude=self.run.status().excluded_nodes or [])
