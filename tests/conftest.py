@@ -105,6 +105,33 @@ def fresh_slurm_watcher(monkeypatch):
 
 
 @pytest.fixture
+def fake_slurm(monkeypatch):
+    """Slurm's commands answered in this process from what the test scripts (tests/fake_slurm.py):
+    scheduler.call_slurm, the one door of every Slurm command, replaced by a FakeSlurm."""
+    from fake_slurm import FakeSlurm
+    from launcher.backends.slurm import scheduler
+
+    fake = FakeSlurm()
+    monkeypatch.setattr(scheduler, "call_slurm", fake)
+    return fake
+
+
+@pytest.fixture
+def in_tmp(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # run directories go to ./runs
+    return tmp_path
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """The preemption tests' training job run once, uninterrupted (preemption_helpers.reference_result),
+    for each module that compares interrupted runs with it."""
+    from preemption_helpers import reference_result
+
+    return reference_result(tmp_path_factory)
+
+
+@pytest.fixture
 def job_modules(tmp_path, monkeypatch):
     """Entrypoint modules the spec tests name (`m:f`, `mypkg.train:main`, `pkg.train:main`),
     importable like an installed package: load_spec checks that an entrypoint's module and function exist."""

@@ -54,6 +54,18 @@ def wait_for_checkpoint(run_dir: Path, step: int, timeout: float = 120, process=
         time.sleep(0.1)
 
 
+def wait_for_end(slurm_env: dict, job_id: str, timeout: float = 240) -> str:
+    """Follow the job to its end (through requeues) with `jaxlaunch status`; its final state."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        rows = jaxlaunch("status", job_id, env=slurm_env).stdout.splitlines()
+        state = rows[2].split()[1] if len(rows) > 2 else ""
+        if state in ("COMPLETED", "FAILED", "TIMEOUT", "CANCELLED"):
+            return state
+        time.sleep(1)
+    raise AssertionError(f"job {job_id} did not end within {timeout} s")
+
+
 def events(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
 

@@ -21,12 +21,6 @@ from launcher.rank.function_job import CALL_FILE, CALL_RECORD, FunctionVersionEr
 pytestmark = pytest.mark.e2e
 
 
-@pytest.fixture
-def in_tmp(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)  # run directories go to ./runs
-    return tmp_path
-
-
 def test_a_closure_runs_on_every_rank_and_rank_0s_psum_comes_back(in_tmp):
     scale = 10.0  # captured by value: the function is defined here, not importable by the ranks
 

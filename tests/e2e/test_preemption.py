@@ -5,17 +5,10 @@ import json
 import os
 import signal
 
-import pytest
-
 from conftest import EXAMPLES, jaxlaunch
 from supervision_helpers import control_records, rank_pid, wait_for_file
-from preemption_helpers import (TRAIN, TRAIN_SETTINGS, assert_same_training, events, load_result,
-                                reference_result, start, wait_for_checkpoint)
-
-
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory):
-    return reference_result(tmp_path_factory)
+from preemption_helpers import (TRAIN, TRAIN_SETTINGS, assert_same_training, events, load_result, start,
+                                wait_for_checkpoint)
 
 
 def test_sigusr2_checkpoints_and_resume_is_bit_identical(reference, tmp_path):

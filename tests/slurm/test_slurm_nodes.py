@@ -14,17 +14,12 @@ import pytest
 
 from conftest import EXAMPLES, TEST_JOBS, jaxlaunch
 from preemption_helpers import (TRAIN, TRAIN_SETTINGS, assert_same_training, events, load_result,
-                                reference_result, wait_for_checkpoint)
+                                wait_for_checkpoint, wait_for_end)
 from supervision_helpers import assert_no_process_survives
 
 pytestmark = pytest.mark.slurm
 
 WIDE = ["--set", "slurm.partition=wide"]
-
-
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory):
-    return reference_result(tmp_path_factory)
 
 
 def submit(slurm_env, spec, run_dir, *settings):
@@ -36,17 +31,6 @@ def submit(slurm_env, spec, run_dir, *settings):
 
 def job_record(slurm_cluster, job_id) -> dict:
     return slurm_cluster.show_job(job_id) or {}
-
-
-def wait_for_end(slurm_env, job_id, timeout=240):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        rows = jaxlaunch("status", job_id, env=slurm_env).stdout.splitlines()
-        state = rows[2].split()[1] if len(rows) > 2 else ""
-        if state in ("COMPLETED", "FAILED", "TIMEOUT", "CANCELLED"):
-            return state
-        time.sleep(1)
-    raise AssertionError(f"job {job_id} did not end within {timeout} s")
 
 
 @contextlib.contextmanager

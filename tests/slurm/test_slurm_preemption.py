@@ -19,14 +19,9 @@ import pytest
 
 from conftest import EXAMPLES, jaxlaunch
 from preemption_helpers import (TRAIN, TRAIN_SETTINGS, assert_same_training, events, load_result,
-                                reference_result, wait_for_checkpoint)
+                                wait_for_checkpoint, wait_for_end)
 
 pytestmark = pytest.mark.slurm
-
-
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory):
-    return reference_result(tmp_path_factory)
 
 
 def submit(slurm_env, run_dir, launch, *settings):
@@ -34,18 +29,6 @@ def submit(slurm_env, run_dir, launch, *settings):
                        "--parsable", "--run-dir", run_dir, env=slurm_env, timeout=60)
     assert result.returncode == 0, result.stderr
     return result.stdout.strip()
-
-
-def wait_for_end(slurm_env, job_id, timeout=240):
-    """Follow the job to its end (through requeues) with `jaxlaunch status`; its final state."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        rows = jaxlaunch("status", job_id, env=slurm_env).stdout.splitlines()
-        state = rows[2].split()[1] if len(rows) > 2 else ""
-        if state in ("COMPLETED", "FAILED", "TIMEOUT", "CANCELLED"):
-            return state
-        time.sleep(1)
-    raise AssertionError(f"job {job_id} did not end within {timeout} s")
 
 
 def scancel(slurm_env, *args):

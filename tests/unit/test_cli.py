@@ -3,16 +3,12 @@
 import sys
 
 import pytest
-from click.testing import CliRunner
 
 from launcher.cli import main
 from launcher.launchers.mpirun import find_mpirun
 
+from cli_helpers import invoke
 from conftest import ROOT
-
-
-def invoke(*args):
-    return CliRunner().invoke(main, [str(a) for a in args])
 
 
 def test_misspelled_key_exits_2_with_file_line_and_valid_keys(write_spec):

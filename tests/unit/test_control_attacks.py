@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import ROOT
+from control_helpers import address, connect, serving, wait_until
 from hostile_input import KILLER_LINES, closed_by_server
 from launcher import channel
 from launcher import environment
@@ -29,27 +30,8 @@ from launcher.rundir import RunDirectory
 
 @pytest.fixture
 def server(tmp_path):
-    run = RunDirectory(tmp_path / "run")
-    run.logs.mkdir(parents=True)
-    with supervisor_channel.ControlServer(run, size=2) as server:
+    with serving(tmp_path, size=2) as server:
         yield server
-
-
-def address(server):
-    host, _, port = server.address.rpartition(":")
-    return host, int(port)
-
-
-def connect(server, rank):
-    env = server.env()
-    return rank_channel.ControlClient.connect(env[environment.CONTROL_ENV], env[environment.CONTROL_TOKEN_ENV], rank)
-
-
-def wait_until(condition, timeout=5.0):
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
 
 
 def assert_still_serving(server, rank=1):

@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from control_helpers import connect, serving, wait_until
 from launcher import channel
 from launcher import environment
 from launcher.rank import channel as rank_channel
@@ -17,22 +18,8 @@ from launcher.rundir import RunDirectory
 
 @pytest.fixture
 def server(tmp_path):
-    run = RunDirectory(tmp_path / "run")
-    run.logs.mkdir(parents=True)
-    with supervisor_channel.ControlServer(run) as server:
+    with serving(tmp_path) as server:
         yield server
-
-
-def connect(server, rank):
-    env = server.env()
-    return rank_channel.ControlClient.connect(env[environment.CONTROL_ENV], env[environment.CONTROL_TOKEN_ENV], rank)
-
-
-def wait_until(condition, timeout=5.0):
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
 
 
 def test_a_rank_event_reaches_the_supervisor_at_once(server):

@@ -83,30 +83,18 @@ def test_a_job_that_ignores_the_notice_and_never_checkpoints_fails_and_says_why(
 
 # --- the Slurm side of the faults (launcher/backends/slurm/faults.py), Slurm's answers faked ------------
 
-def fake_slurm(monkeypatch, answers):
-    """scheduler.call_slurm answers `answers[argv[0] + ' ' + argv[1]]` (a string, or an exception to raise)."""
-    from launcher.backends.slurm import scheduler
-    calls = []
-
-    def call(argv, timeout=None, hint=""):
-        calls.append(argv)
-        answer = answers[" ".join(argv[:2])]
-        if isinstance(answer, Exception):
-            raise answer
-        return answer
-    monkeypatch.setattr(scheduler, "call_slurm", call)
-    return calls
+JOB_7 = "JobId=7 JobState=RUNNING NodeList=node[1-2] BatchHost=node2\n"  # scontrol show job 7
 
 
-def test_the_node_fault_downs_the_ranks_node_never_the_batch_node(monkeypatch, tmp_path):
+def test_the_node_fault_downs_the_ranks_node_never_the_batch_node(fake_slurm, tmp_path):
     from launcher.backends import get_backend
-    from launcher.backends.slurm import requeue
     from launcher.rundir import RunDirectory
     from launcher.spec import JobSpec
 
     run = RunDirectory.create(JobSpec(name="d", entrypoint="job.py:main", nodes=2), tmp_path / "run")
-    monkeypatch.setattr(requeue, "job_record", lambda job_id: {"NodeList": "node[1-2]", "BatchHost": "node2"})
-    calls = fake_slurm(monkeypatch, {"scontrol show": "node1\nnode2\n", "scontrol update": ""})
+    fake_slurm.answers.update({"scontrol show job": JOB_7, "scontrol show hostnames": "node1\nnode2\n",
+                               "scontrol update": ""})
+    calls = fake_slurm.calls
     backend = get_backend("slurm")
     assert backend.inject_fault("node", "7", run.path, rank=1, processes_per_node=1) == "node1"  # rank 1's is the batch node
     assert calls[-1][:4] == ["scontrol", "update", "nodename=node1", "state=down"]
@@ -114,17 +102,15 @@ def test_the_node_fault_downs_the_ranks_node_never_the_batch_node(monkeypatch, t
     assert calls[-1] == ["scontrol", "update", "nodename=node1", "state=resume"]
 
 
-def test_a_fault_slurm_refuses_says_why(monkeypatch, tmp_path):
+def test_a_fault_slurm_refuses_says_why(fake_slurm, tmp_path):
     from launcher.backends import get_backend
-    from launcher.backends.slurm import requeue
+    from fake_slurm import refused
     from launcher.backends.slurm.faults import FaultNotInjected
-    from launcher.errors import SchedulerError
 
-    monkeypatch.setattr(requeue, "job_record", lambda job_id: {"NodeList": "node[1-2]", "BatchHost": "node2"})
-    fake_slurm(monkeypatch, {"scontrol show": "node1\nnode2\n",
-                             "scontrol update": SchedulerError(["scontrol"], 1, "", "Invalid user id"),
-                             "scancel --batch": SchedulerError(["scancel"], 1, "", "Job has finished"),
-                             "srun --jobid=7": SchedulerError(["srun"], 1, "", "Job step creation disabled")})
+    fake_slurm.answers.update({"scontrol show job": JOB_7, "scontrol show hostnames": "node1\nnode2\n",
+                               "scontrol update": refused("Invalid user id"),
+                               "scancel --batch": refused("Job has finished", ["scancel"]),
+                               "srun --jobid=7": refused("Job step creation disabled", ["srun"])})
     backend = get_backend("slurm")
     with pytest.raises(FaultNotInjected, match="cannot set node1 DOWN .needs Slurm operator rights.: Invalid user id"):
         backend.inject_fault("node", "7", tmp_path, rank=0, processes_per_node=1)

@@ -9,12 +9,6 @@ import pytest
 import launcher
 
 
-@pytest.fixture
-def in_tmp(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)  # run directories go to ./runs
-    return tmp_path
-
-
 def test_an_unpicklable_capture_is_refused_before_submission_naming_it(in_tmp):
     lock = threading.Lock()
 

@@ -4,29 +4,23 @@ does not have, is exit 2 with a message that says so (no Slurm needed: the sched
 import json
 
 import pytest
-from click.testing import CliRunner
 
-from launcher.cli import main
+from cli_helpers import invoke
+from fake_slurm import refused
 from launcher.rundir import RunDirectory
-from launcher.backends.slurm import index; from launcher.backends.slurm import scheduler
+from launcher.backends.slurm import index
 from launcher.spec import JobSpec
-
-RUNNING = scheduler.JobInfo("77", "RUNNING", "RUNNING", False, "0:05", "2", "squeue")
 
 
 @pytest.fixture
-def slurm(monkeypatch, tmp_path):
-    """Slurm knows job 77 only; jaxlaunch's index knows 77 (run directory with 4 processes) and 78."""
+def slurm(monkeypatch, tmp_path, fake_slurm):
+    """Slurm knows job 77 only (squeue lists it RUNNING; every other command refuses, as for an id it
+    does not know); jaxlaunch's index knows 77 (run directory with 4 processes) and 78."""
     monkeypatch.setenv(index.HOME_ENV, str(tmp_path / "home"))
-    cancelled = []
-    monkeypatch.setattr(scheduler, "query_jobs", lambda job_ids: {"77": RUNNING} if "77" in job_ids else {})
-    monkeypatch.setattr(scheduler, "cancel", cancelled.append)
+    fake_slurm.queue["77"] = "RUNNING|0:05|2"
+    fake_slurm.otherwise = refused()
     # Job 77 is RUNNING with no supervisor to answer a cancel: do not wait the 15 s grace for one.
     monkeypatch.setattr("launcher.backends.slurm.job.CANCEL_GRACE_SECONDS", 0.2)
-
-    def no_scontrol(argv, **kwargs):
-        raise scheduler.SchedulerError(argv, 1, "", "slurm_load_jobs error: Invalid job id specified")
-    monkeypatch.setattr(scheduler, "call_slurm", no_scontrol)
     index.jobs_index().mkdir(parents=True)
     for job_id in ("77", "78"):
         run = RunDirectory.create(JobSpec(name="x", entrypoint="m:f", nodes=2, processes_per_node=2),
@@ -34,20 +28,16 @@ def slurm(monkeypatch, tmp_path):
         run.rank_log(3).write_text("rank 3 says hi\n")
         run.update_status(state="RUNNING" if job_id == "77" else "COMPLETED")
         (index.jobs_index() / f"{job_id}.json").write_text(json.dumps({"job_id": job_id, "run_dir": str(run.path)}))
-    return cancelled
-
-
-def invoke(*args):
-    return CliRunner().invoke(main, [str(a) for a in args])
+    return fake_slurm
 
 
 def test_cancel_an_unknown_job_is_exit_2(slurm):
     result = invoke("cancel", "99999")
-    assert result.exit_code == 2 and slurm == []
+    assert result.exit_code == 2 and slurm.cancelled == []
     assert result.output == ("Error: job 99999 is not known to Slurm: nothing to cancel.\n"
                              "  fix: check the id with `squeue --me` or `jaxlaunch status`.\n")
     result = invoke("cancel", "77")
-    assert result.exit_code == 0 and result.output == "cancelled job 77\n" and slurm == ["77"]
+    assert result.exit_code == 0 and result.output == "cancelled job 77\n" and slurm.cancelled == ["77"]
 
 
 @pytest.mark.parametrize("command", [["status"], ["cancel"], ["logs"], ["logs", "--rank", "0"]])
@@ -56,7 +46,7 @@ def test_a_malformed_job_id_is_a_usage_error(slurm, command, bad_id):
     result = invoke(*command[:1], bad_id, *command[1:])
     assert result.exit_code == 2
     assert f"{bad_id!r} is not a Slurm job id" in result.output or "No such option" in result.output
-    assert slurm == []
+    assert slurm.cancelled == []
 
 
 def test_status_of_an_unknown_job_is_exit_2_after_the_known_ones(slurm):
@@ -107,8 +97,8 @@ def test_logs_of_an_unknown_job_is_exit_2(slurm):
     assert result.exit_code == 2 and result.output.startswith("Error: no job 99999 known to Slurm or to jaxlaunch")
 
 
-def test_submit_wait_for_a_job_slurm_does_not_know_is_exit_2(slurm, monkeypatch, write_spec, tmp_path):
-    monkeypatch.setattr(scheduler, "submit", lambda script: "99999")
+def test_submit_wait_for_a_job_slurm_does_not_know_is_exit_2(slurm, write_spec, tmp_path):
+    slurm.ids = ["99999"]
     result = invoke("submit", write_spec("name: x\nentrypoint: m:f\n"), "--run-dir", tmp_path / "new", "--wait",
                     "--no-check")  # the fake scheduler knows no partitions
     assert result.exit_code == 2, result.output

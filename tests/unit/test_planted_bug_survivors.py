@@ -9,30 +9,20 @@ import sys
 import time
 
 import pytest
+from control_helpers import connect, serving, wait_until
 from test_drill_units import write_run  # the drill tests' run directory, written by hand
 
 from launcher import channel
-from launcher import environment
-from launcher.backends.slurm import fit, requeue
 from launcher.backends.slurm.allocation import SlurmAllocation
 from launcher.errors import UsageError
-from launcher.rank import channel as rank_channel
 from launcher.rank.jax_runtime import InitializeAnswer
 from launcher.rank.program import run_program
 from launcher.rundir import RunDirectory, make_private_dir
 from launcher.spec import JobSpec
 from launcher.spec.model import HANG_FLOOR_SECONDS, HANG_STEP_FACTOR, SlurmSpec
 from launcher.states import JobState
-from launcher.supervisor import channel as supervisor_channel
 from launcher.supervisor import rollcall
 from launcher.supervisor.watchdog import HangWatchdog
-
-
-def wait_until(condition, timeout=5.0):
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
 
 
 # --- a module entrypoint's sys.path (launcher/rank/program.py) ------------------------------------
@@ -111,12 +101,13 @@ def test_a_rank_that_did_not_answer_is_named_with_its_node_from_hosts():
 # --- a requeue that leaves nodes behind (launcher/backends/slurm/allocation.py) ---------------------
 
 @pytest.fixture
-def slurm_partition(monkeypatch):
+def slurm_partition(fake_slurm):
     """No Slurm: the job's record says partition `debug`, whose nodes are `members` (set by the test)."""
     members = []
-    monkeypatch.setattr(requeue, "job_record", lambda job_id: {"Partition": "debug"})
-    monkeypatch.setattr(fit, "read_cluster", lambda: ([{"PartitionName": "debug"}],
-                                                      [{"NodeName": n, "Partitions": "debug"} for n in members]))
+    fake_slurm.answers.update({
+        "scontrol show job": "JobId=7 JobState=RUNNING Partition=debug\n",
+        "scontrol show partition": "PartitionName=debug\n",
+        "scontrol show node": lambda argv: "".join(f"NodeName={n} Partitions=debug\n" for n in members)})
     return members
 
 
@@ -243,9 +234,7 @@ def test_a_notice_whose_sources_mix_strings_and_other_values_is_refused():
 
 @pytest.fixture
 def server(tmp_path):
-    run = RunDirectory(tmp_path / "run")
-    run.logs.mkdir(parents=True)
-    with supervisor_channel.ControlServer(run, size=2) as server:
+    with serving(tmp_path, size=2) as server:
         yield server
 
 
@@ -254,8 +243,7 @@ def test_stop_and_preempt_go_only_to_connections_that_said_hello(server):
     connected to the port, and has not said hello, hears every stop and preemption notice."""
     host, _, port = server.address.rpartition(":")
     with socket.create_connection((host, int(port)), timeout=5) as stranger:
-        env = server.env()
-        rank0 = rank_channel.ControlClient.connect(env[environment.CONTROL_ENV], env[environment.CONTROL_TOKEN_ENV], 0)
+        rank0 = connect(server, 0)
         try:
             wait_until(lambda: server.connected() == 1 and len(server._connections) == 2)  # both accepted
             server.send_preempt_notice(channel.PreemptNotice("SIGUSR2", 5.0))

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.backends.slurm import requeue_policy, scheduler
+from launcher.backends.slurm import requeue_policy
 from launcher.backends.slurm.requeue_policy import parse_policy
 from launcher.cli.explain_table import requeue_lines
 from launcher.spec.model import JobSpec, SlurmSpec
@@ -64,57 +64,50 @@ def test_a_parameter_that_only_contains_the_name_is_not_the_switch():
     assert not parse_policy(config("25.11.0", slurmctld_parameters="no_enable_expedited_requeue_x")).expedite
 
 
-def test_a_cluster_that_cannot_be_asked_is_unknown_and_not_expedited(monkeypatch):
-    from launcher.errors import SchedulerError
+def test_a_cluster_that_cannot_be_asked_is_unknown_and_not_expedited(fake_slurm):
+    from fake_slurm import refused
 
-    def refuse(argv, timeout=None):
-        raise SchedulerError(argv, 1, "", "Unable to contact slurm controller")
-
-    monkeypatch.setattr(scheduler, "call_slurm", refuse)
+    fake_slurm.otherwise = refused("Unable to contact slurm controller")
     policy = requeue_policy.read_policy()
     assert policy is requeue_policy.UNKNOWN and not policy.expedite and not policy.known
 
 
-def _submit(monkeypatch, tmp_path: Path, max_requeues: int, version: str, switch: str = "(null)", check=True):
-    """`submit` through the Slurm backend, its scheduler calls answered here; (calls, the script)."""
+def _submit(monkeypatch, fake_slurm, tmp_path: Path, max_requeues: int, version: str, switch: str = "(null)",
+            check=True):
+    """`submit` through the Slurm backend, its scheduler calls answered by `fake_slurm`; (the calls
+    before sbatch, the script sbatch was given)."""
     from launcher.backends.slurm import fit
     from launcher.backends.slurm.backend import SlurmBackend
 
-    asked, scripts = [], []
-
-    def call_slurm(argv, timeout=None):
-        asked.append(argv)
-        return config(version, slurmctld_parameters=switch)
-
-    monkeypatch.setattr(scheduler, "call_slurm", call_slurm)
+    fake_slurm.answers["scontrol show config"] = config(version, slurmctld_parameters=switch)
+    fake_slurm.ids = ["41"]
     monkeypatch.setattr(fit, "refuse_if_it_cannot_fit", lambda specs: [])  # partitions and nodes: fit's tests
-    monkeypatch.setattr(scheduler, "submit", lambda path: scripts.append(Path(path).read_text()) or "41")
     spec = JobSpec(name="x", entrypoint="m:f", slurm=SlurmSpec(max_requeues=max_requeues))
     backend = SlurmBackend()
     job = backend.start_plan(backend.plan(spec, tmp_path / "run"), check=check)
-    assert job.id == "41"
-    return asked, scripts[0]
+    assert job.id == "41" and [argv[0] for argv in fake_slurm.calls][-1] == "sbatch"
+    return fake_slurm.calls[:-1], fake_slurm.scripts[0]
 
 
-def test_submit_renders_expedite_where_the_cluster_allows_it(monkeypatch, tmp_path):
-    asked, script = _submit(monkeypatch, tmp_path, 2, "25.11.0", "enable_expedited_requeue")
+def test_submit_renders_expedite_where_the_cluster_allows_it(monkeypatch, fake_slurm, tmp_path):
+    asked, script = _submit(monkeypatch, fake_slurm, tmp_path, 2, "25.11.0", "enable_expedited_requeue")
     assert asked == [["scontrol", "show", "config"]]
     assert "#SBATCH --requeue=expedite\n" in script
 
 
 @pytest.mark.parametrize("version,switch", [("22.05.8", "(null)"), ("25.11.0", "(null)")])
-def test_submit_keeps_the_plain_requeue_where_it_does_not(monkeypatch, tmp_path, version, switch):
-    _, script = _submit(monkeypatch, tmp_path, 2, version, switch)
+def test_submit_keeps_the_plain_requeue_where_it_does_not(monkeypatch, fake_slurm, tmp_path, version, switch):
+    _, script = _submit(monkeypatch, fake_slurm, tmp_path, 2, version, switch)
     assert "#SBATCH --requeue\n" in script and "expedite" not in script
 
 
-def test_a_job_that_never_requeues_asks_nothing_and_says_no_requeue(monkeypatch, tmp_path):
-    asked, script = _submit(monkeypatch, tmp_path, 0, "25.11.0", "enable_expedited_requeue")
+def test_a_job_that_never_requeues_asks_nothing_and_says_no_requeue(monkeypatch, fake_slurm, tmp_path):
+    asked, script = _submit(monkeypatch, fake_slurm, tmp_path, 0, "25.11.0", "enable_expedited_requeue")
     assert asked == [] and "#SBATCH --no-requeue\n" in script
 
 
-def test_no_check_asks_nothing_and_keeps_the_plain_requeue(monkeypatch, tmp_path):
-    asked, script = _submit(monkeypatch, tmp_path, 2, "25.11.0", "enable_expedited_requeue", check=False)
+def test_no_check_asks_nothing_and_keeps_the_plain_requeue(monkeypatch, fake_slurm, tmp_path):
+    asked, script = _submit(monkeypatch, fake_slurm, tmp_path, 2, "25.11.0", "enable_expedited_requeue", check=False)
     assert asked == [] and "#SBATCH --requeue\n" in script
 
 

@@ -3,6 +3,7 @@
 import pytest
 from click.testing import CliRunner
 
+from fake_slurm import write_command
 from launcher.cli import main
 from launcher.errors import SchedulerError
 from launcher.backends.slurm import scheduler
@@ -69,9 +70,7 @@ def test_slurm_that_cannot_be_asked_is_told_from_a_refusal(monkeypatch, tmp_path
     """What Slurm 22.05 prints without a configuration, with a bad one, and with its controller down."""
     monkeypatch.setenv("SLURM_CONF", str(tmp_path / "slurm.conf"))
     (tmp_path / "slurm.conf").write_text("")
-    script = tmp_path / "squeue"
-    script.write_text(f"#!/bin/sh\nprintf '%s' '{stderr}' >&2\nexit 1\n")
-    script.chmod(0o755)
+    script = write_command(tmp_path, "squeue", stderr, code=1)
     with pytest.raises(scheduler.SlurmUnreachable) as info:
         scheduler.call_slurm([str(script), "--me"])
     assert info.value.exit_code == exit_code and info.value.stderr == stderr
@@ -90,29 +89,24 @@ def test_status_with_no_jobs(monkeypatch, tmp_path):
     assert result.exit_code == 0 and result.output == "no jobs submitted with jaxlaunch yet, and no local runs in runs/\n"
 
 
-def test_pending_reason_and_elapsed_against_the_limit(monkeypatch):
-    monkeypatch.setattr(scheduler, "call_slurm", lambda argv, **kw: "41|PENDING|0:00|2|Resources|1:00:00\n")
+def test_pending_reason_and_elapsed_against_the_limit(fake_slurm):
+    fake_slurm.queue["41"] = "PENDING|0:00|2|Resources|1:00:00"
     info = scheduler.query_job("41")
     assert info.describe_state() == "PENDING (Resources)" and info.describe_elapsed() == "0:00/1:00:00"
-    monkeypatch.setattr(scheduler, "call_slurm", lambda argv, **kw: "41|RUNNING|12:34|2|None|UNLIMITED\n")
+    fake_slurm.queue["41"] = "RUNNING|12:34|2|None|UNLIMITED"
     info = scheduler.query_job("41")
     assert info.describe_state() == "RUNNING" and info.describe_elapsed() == "12:34"
 
 
-def test_query_jobs_asks_at_most_three_commands_for_any_number_of_jobs(monkeypatch):
+def test_query_jobs_asks_at_most_three_commands_for_any_number_of_jobs(fake_slurm):
     """squeue for all, then one scontrol listing for those squeue lost, then one sacct for the rest."""
-    calls = []
-    answers = {
+    calls = fake_slurm.calls
+    fake_slurm.answers.update({
         "squeue": "\n".join(f"{i}|RUNNING|0:01|1|None|10:00" for i in range(0, 40)) + "\n",
         "scontrol": "JobId=45 JobState=COMPLETED RunTime=00:00:09 NumNodes=2 ExitCode=0:0\n"
                     "JobId=99 ArrayJobId=46 ArrayTaskId=3 JobState=FAILED RunTime=00:00:01 NumNodes=1 ExitCode=1:0\n",
         "sacct": "47|TIMEOUT|00:10:00|1|0:15\n48.batch|TIMEOUT|00:10:00|1|0:15\n",
-    }
-
-    def fake(argv, **kwargs):
-        calls.append(argv)
-        return answers[argv[0]]
-    monkeypatch.setattr(scheduler, "call_slurm", fake)
+    })
     ids = [str(i) for i in range(0, 45)] + ["45", "46_3", "47", "48"]
     found = scheduler.query_jobs(ids)
     assert [argv[0] for argv in calls] == ["squeue", "scontrol", "sacct"]
@@ -127,7 +121,7 @@ def test_query_jobs_asks_at_most_three_commands_for_any_number_of_jobs(monkeypat
     assert scheduler.query_jobs(["5"])["5"].state == "RUNNING" and len(calls) == 1  # squeue knew it: one call
 
 
-def test_a_running_job_whose_supervisor_reports_is_asked_about_every_30_s_not_every_few(monkeypatch, tmp_path):
+def test_a_running_job_whose_supervisor_reports_is_asked_about_every_30_s_not_every_few(fake_slurm, tmp_path):
     """Issue 45, scheduler citizenship: `submit --wait` on a 27 s job made 7 squeue calls, backing off
     to one per 10 s. While the batch job's supervisor keeps status.json fresh and says RUNNING, the
     run directory answers, and Slurm is asked at most every RUNNING_REFRESH."""
@@ -135,14 +129,12 @@ def test_a_running_job_whose_supervisor_reports_is_asked_about_every_30_s_not_ev
 
     from launcher.backends.slurm import job as slurm_job
     from launcher.backends.slurm import watcher as slurm_watcher
-    from launcher.backends.slurm import scheduler as sched
     from launcher.rundir import RunDirectory
     from launcher.spec import JobSpec
     from launcher.states import JobState
 
-    asked = []
-    running = sched.JobInfo("5", "RUNNING", "RUNNING", False, "0:05", "1", "squeue")
-    monkeypatch.setattr(sched, "query_jobs", lambda ids: asked.append(list(ids)) or {"5": running})
+    fake_slurm.queue["5"] = "RUNNING|0:05|1"
+    asked = fake_slurm.calls  # squeue lists the job: one call each time Slurm is asked
     run = RunDirectory.create(JobSpec(name="x", entrypoint="m:f"), tmp_path / "run")
     run.update_status(state="RUNNING", backend="slurm", job_id="5")
     watcher = slurm_watcher.SlurmWatcher()

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from launcher.backends.slurm import fit, nodes, scheduler, spares
+from launcher.backends.slurm import fit, nodes, spares
 from launcher.backends.slurm.allocation import SlurmAllocation
 from launcher.backends.slurm.job import SlurmJob
 from launcher.backends.slurm.render import sbatch_directives
@@ -40,10 +40,10 @@ def test_spare_nodes_are_allocated_and_a_node_failure_does_not_end_the_job(tmp_p
     assert "--nodes=2" in plain and "--no-kill" not in plain
 
 
-def test_the_fit_check_counts_the_spares(write_spec, monkeypatch):
-    answers = {"partition": "PartitionName=debug Default=YES TotalNodes=2 MaxNodes=UNLIMITED MaxTime=UNLIMITED\n",
-               "node": "NodeName=n1 Partitions=debug CPUTot=2\nNodeName=n2 Partitions=debug CPUTot=2\n"}
-    monkeypatch.setattr(scheduler, "call_slurm", lambda argv, **kw: answers[argv[2]])
+def test_the_fit_check_counts_the_spares(write_spec, fake_slurm):
+    fake_slurm.answers.update({
+        "scontrol show partition": "PartitionName=debug Default=YES TotalNodes=2 MaxNodes=UNLIMITED MaxTime=UNLIMITED\n",
+        "scontrol show node": "NodeName=n1 Partitions=debug CPUTot=2\nNodeName=n2 Partitions=debug CPUTot=2\n"})
     spec = JobSpec(name="x", entrypoint="m:f", nodes=2, slurm=SlurmSpec(spare_nodes=1))
     with pytest.raises(UsageError) as refused:
         fit.refuse_if_it_cannot_fit([spec])

@@ -11,6 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import GOLDEN
+from fake_slurm import refused
 from launcher.cli import main
 from launcher.errors import SpecError
 from launcher.backends.slurm import scheduler
@@ -212,16 +213,16 @@ def test_array_task_i_runs_the_script_of_task_folder_i(spec_file, tmp_path):
     assert not (tmp_path / "PWNED").exists()
 
 
-def test_scontrol_answers_for_an_array_task_by_its_own_id(monkeypatch):
-    monkeypatch.setattr(scheduler, "call_slurm", lambda argv, **kw: (
-        "JobId=14 ArrayJobId=12 ArrayTaskId=2 JobState=COMPLETED RunTime=00:00:08 NumNodes=1 ExitCode=0:0"))
+def test_scontrol_answers_for_an_array_task_by_its_own_id(fake_slurm):
+    fake_slurm.answers["scontrol show job"] = (
+        "JobId=14 ArrayJobId=12 ArrayTaskId=2 JobState=COMPLETED RunTime=00:00:08 NumNodes=1 ExitCode=0:0")
     info = scheduler._scontrol_infos(["12_2"])["12_2"]
     assert info.state == "COMPLETED" and info.job_id == "12_2"
     assert scheduler._scontrol_infos(["12_3"]) == {}
 
 
-def test_squeue_answers_for_an_array_id_from_its_tasks(monkeypatch):
-    monkeypatch.setattr(scheduler, "call_slurm", lambda argv, **kw: "12_0|COMPLETED|0:08|1\n12_1|RUNNING|0:03|1\n")
+def test_squeue_answers_for_an_array_id_from_its_tasks(fake_slurm):
+    fake_slurm.queue.update({"12_0": "COMPLETED|0:08|1", "12_1": "RUNNING|0:03|1"})
     info = scheduler._squeue_infos(["12"])["12"]
     assert info.state == "RUNNING" and not info.finished and info.source == "squeue (array)"
 
@@ -311,34 +312,19 @@ def test_only_the_first_errors_are_shown_and_the_rest_counted(spec_file):
 # --- job arrays on a stub Slurm: the ids, logs and index each task is recorded with ------------
 
 
-class FakeSlurm:
-    """call_slurm stand-in: scontrol show config (MaxArraySize), sbatch (ids in turn, or an error)."""
-
-    def __init__(self, config="MaxArraySize            = 3\n", ids=("101", "102"), fail=None):
-        self.config, self.ids, self.fail, self.calls, self.squeue = config, list(ids), fail, [], ""
-
-    def __call__(self, argv, **kwargs):
-        self.calls.append(list(argv))
-        if argv[:3] == ["scontrol", "show", "config"]:
-            return self.config
-        if argv[0] == "sbatch":
-            if self.fail is not None and len([c for c in self.calls if c[0] == "sbatch"]) == self.fail:
-                raise scheduler.SchedulerError(argv, 1, "", "sbatch: error: QOSMaxSubmitJobPerUserLimit")
-            return self.ids.pop(0) + "\n"
-        if argv[0] == "squeue":
-            return self.squeue
-        raise AssertionError(f"unexpected Slurm call {argv}")
-
-
 @pytest.fixture
-def stub_slurm(monkeypatch, tmp_path):
+def stub_slurm(monkeypatch, tmp_path, fake_slurm):
+    """install(): the shared fake Slurm as these tests want it: `scontrol show config` says `config`,
+    sbatch answers `ids` in turn and refuses its `fail`-th call, squeue lists nothing."""
     monkeypatch.setenv("JAXLAUNCH_HOME", str(tmp_path / "home"))
     monkeypatch.chdir(tmp_path)
 
-    def install(**kwargs):
-        fake = FakeSlurm(**kwargs)
-        monkeypatch.setattr(scheduler, "call_slurm", fake)
-        return fake
+    def install(config="MaxArraySize            = 3\n", ids=("101", "102"), fail=None):
+        fake_slurm.answers["scontrol show config"] = config
+        fake_slurm.ids = list(ids)
+        if fail is not None:
+            fake_slurm.ids.insert(fail - 1, refused("sbatch: error: QOSMaxSubmitJobPerUserLimit", ["sbatch"]))
+        return fake_slurm
     return install
 
 
@@ -413,10 +399,10 @@ def test_no_throttle_and_the_default_max_array_size(spec_file, tmp_path, stub_sl
     ("MaxArraySize            = 5\nMaxJobCount = 10000\n", 5), ("MaxArraySize=40001\n", 40001),
     ("AccountingStorageType = x\nMaxArraySize = 1\n", 1), ("MaxJobCount = 7\n", 1001), ("", 1001),
 ])
-def test_max_array_size_from_scontrol(monkeypatch, config, size):
+def test_max_array_size_from_scontrol(fake_slurm, config, size):
     from launcher.backends.slurm.array import max_array_size
 
-    monkeypatch.setattr(scheduler, "call_slurm", lambda argv, **kw: config)
+    fake_slurm.answers["scontrol show config"] = config
     assert max_array_size() == size
 
 
@@ -451,7 +437,7 @@ def test_task_states_from_squeue_then_each_tasks_own_status(spec_file, tmp_path,
     directory, _, _ = _submitted_sweep(spec_file, tmp_path)
     RunDirectory(directory.path / "task-002").update_status(state="TIMEOUT", started=1000.0, ended=1000.0 + 2 * 3600 + 3 * 60 + 4)
     RunDirectory(directory.path / "task-001").update_status(state="COMPLETED")
-    fake.squeue = ("101_0|RUNNING|0:05\n101_1|FAILED|0:10\n102_0|PENDING|0:00\n102_1|CANCELLED by 0|0:01\n"
+    fake.answers["squeue"] = ("101_0|RUNNING|0:05\n101_1|FAILED|0:10\n102_0|PENDING|0:00\n102_1|CANCELLED by 0|0:01\n"
                    "garbage line\n")
     states = task_states(directory)
     assert fake.calls[-1] == ["squeue", "-r", "--noheader", "--states=all", "--jobs", "101,102", "--format=%i|%T|%M"]
@@ -466,5 +452,5 @@ def test_task_states_from_squeue_then_each_tasks_own_status(spec_file, tmp_path,
     assert summary_line(directory, states) == (f"sweep {directory.path} (5 tasks; arrays 101, 102): 1 CANCELLED, "
                                                f"1 COMPLETED, 1 PENDING, 1 RUNNING, 1 TIMEOUT")
     assert not all_finished(states)
-    fake.squeue = "101_0|COMPLETED|0:09\n102_0|FAILED|0:01\n101_1|COMPLETED|0:10\n102_1|CANCELLED|0:01\n"
+    fake.answers["squeue"] = "101_0|COMPLETED|0:09\n102_0|FAILED|0:01\n101_1|COMPLETED|0:10\n102_1|CANCELLED|0:01\n"
     assert all_finished(task_states(directory))

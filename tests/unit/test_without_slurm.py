@@ -11,9 +11,9 @@ import re
 import time
 
 import pytest
-from click.testing import CliRunner
 
-from launcher.cli import main
+from cli_helpers import invoke
+from fake_slurm import write_command
 from launcher.rundir import RunDirectory
 from launcher.backends.slurm import index; from launcher.backends.slurm import scheduler
 from launcher.spec import JobSpec
@@ -27,12 +27,6 @@ NO_CONFIGURATION = ("{0}: error: resolve_ctls_from_dns_srv: res_nsearch error: U
 FIX = "set SLURM_CONF to the cluster's slurm.conf, or run on its login node"
 
 
-def fake_command(folder, name, stderr="", stdout="", code=1):
-    path = folder / name
-    path.write_text(f"#!/bin/sh\nprintf '%s' '{stdout}'\nprintf '%s' '{stderr}' >&2\nexit {code}\n")
-    path.chmod(0o755)
-
-
 @pytest.fixture
 def no_slurm(monkeypatch, tmp_path):
     """Slurm's commands fail as they do without a configuration; jaxlaunch's index knows jobs 77
@@ -41,7 +35,7 @@ def no_slurm(monkeypatch, tmp_path):
     fake = tmp_path / "bin"
     fake.mkdir()
     for name in SLURM_COMMANDS:
-        fake_command(fake, name, NO_CONFIGURATION.format(name))
+        write_command(fake, name, NO_CONFIGURATION.format(name))
     monkeypatch.setenv("PATH", f"{fake}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.delenv("SLURM_CONF", raising=False)
     monkeypatch.setenv(index.HOME_ENV, str(tmp_path / "home"))
@@ -55,10 +49,6 @@ def no_slurm(monkeypatch, tmp_path):
         run = RunDirectory.create(JobSpec(name=name, entrypoint="m:f"), tmp_path / "runs" / name)
         run.update_status(state=state, backend="local", started=now - 5, ended=now)
     return fake
-
-
-def invoke(*args):
-    return CliRunner().invoke(main, [str(a) for a in args])
 
 
 def test_status_lists_every_local_run_and_says_in_one_line_why_slurm_was_not_asked(no_slurm):
@@ -148,7 +138,7 @@ def test_a_failed_submit_can_be_retried_into_the_same_run_dir(no_slurm, write_sp
     assert json.loads((run_dir / "status.json").read_text())["state"] == "SUBMIT_FAILED"
     (run_dir / "notes.txt").write_text("mine\n")  # something the user put there meanwhile
 
-    fake_command(no_slurm, "sbatch", stdout="4242\n", code=0)  # Slurm can be reached now
+    write_command(no_slurm, "sbatch", stdout="4242\n", code=0)  # Slurm can be reached now
     result = invoke("submit", spec, "--run-dir", run_dir, "--no-check")
     assert result.exit_code == 0, result.output
     assert result.output == f"Submitted job 4242; run directory: {run_dir}\n"

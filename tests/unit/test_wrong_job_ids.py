@@ -3,42 +3,26 @@ fix, no traceback, and at once (`watch` once waited forever on an id nobody know
 stubbed: it knows job 77 only; jaxlaunch's index knows 77."""
 
 import json
-import threading
 
 import pytest
-from click.testing import CliRunner
 
-from launcher.cli import main
+from cli_helpers import invoke_within
+from fake_slurm import refused
 from launcher.rundir import RunDirectory
-from launcher.backends.slurm import index; from launcher.backends.slurm import scheduler
+from launcher.backends.slurm import index
 from launcher.spec import JobSpec
-
-RUNNING = scheduler.JobInfo("77", "RUNNING", "RUNNING", False, "0:05", "1", "squeue")
-NOT_SUBMITTED_BY_US = scheduler.JobInfo("55", "RUNNING", "RUNNING", False, "0:05", "1", "squeue")
 
 
 @pytest.fixture
-def slurm(monkeypatch, tmp_path):
+def slurm(monkeypatch, tmp_path, fake_slurm):
+    """squeue lists 77 (ours) and 55 (not submitted with jaxlaunch) RUNNING; every other command
+    refuses, as for an id Slurm does not know."""
     monkeypatch.setenv(index.HOME_ENV, str(tmp_path / "home"))
-    known = {"77": RUNNING, "55": NOT_SUBMITTED_BY_US}
-    monkeypatch.setattr(scheduler, "query_jobs", lambda job_ids: {j: known[j] for j in job_ids if j in known})
-    monkeypatch.setattr(scheduler, "cancel", lambda job_id: None)
-
-    def no_scontrol(argv, **kwargs):
-        raise scheduler.SchedulerError(argv, 1, "", "slurm_load_jobs error: Invalid job id specified")
-    monkeypatch.setattr(scheduler, "call_slurm", no_scontrol)
+    fake_slurm.queue.update({"77": "RUNNING|0:05|1", "55": "RUNNING|0:05|1"})
+    fake_slurm.otherwise = refused()
     run = RunDirectory.create(JobSpec(name="x", entrypoint="m:f"), tmp_path / "run77")
     run.update_status(state="RUNNING", backend="slurm", job_id="77")
     index.record_job("77", run.path)
-
-
-def invoke_within(args, seconds=20):
-    """The CLI's answer, or None if it had not answered after `seconds`."""
-    answer = []
-    thread = threading.Thread(target=lambda: answer.append(CliRunner().invoke(main, args)), daemon=True)
-    thread.start()
-    thread.join(seconds)
-    return answer[0] if answer else None
 
 
 ID_COMMANDS = [["watch", "ID", "--interval", "0.2"], ["goodput", "ID"], ["plot", "ID", "loss"], ["logs", "ID"],
