@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from .backends import RUN_DEFAULT, SUBMIT_DEFAULT, find_job, get_backend
 from .backends.base import Job
-from .errors import UnknownJobError, UsageError
+from .errors import UsageError
 
 
 def _load(spec, overrides):
@@ -50,5 +50,5 @@ def job(job_id_or_run_dir) -> Job:
     that neither its scheduler nor jaxlaunch's records know (as `jaxlaunch status ID` says)."""
     handle = find_job(job_id_or_run_dir)
     if handle.run is None and not handle.exists():
-        raise UnknownJobError(get_backend(handle.backend).unknown_ids_message([handle.id]))
+        raise get_backend(handle.backend).unknown_jobs([handle.id])
     return handle

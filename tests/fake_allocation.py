@@ -69,22 +69,22 @@ class ScriptedAllocation(Allocation):
         self.calls.append(("replace_nodes", dict(bad), cause, attempt))
         return super().replace_nodes(bad, cause, failure, attempt)
 
-    # --- the hooks behind replace_nodes (the base class's signatures) ------------------------------
+    # --- the hooks behind replace_nodes ------------------------------------------------------------
 
-    def can_swap_in_spares(self, spec, run, bad=()):
+    def can_swap_in_spares(self, bad=()):
         return self.spares > 0
 
-    def swap_in_spares(self, bad, cause, attempt, run, spec, echo):
+    def swap_in_spares(self, bad, cause, attempt):
         self.calls.append(("swap_in_spares", dict(bad), cause, attempt))
         if self.spares <= 0:
             return False
         self.spares -= 1
         return True
 
-    def can_leave_nodes_behind(self, spec, run, bad=()):
+    def can_leave_nodes_behind(self, bad=()):
         return self.requeues > 0
 
-    def leave_nodes_behind(self, bad, cause, failure, attempt, run, spec, echo):
+    def leave_nodes_behind(self, bad, cause, failure, attempt):
         self.calls.append(("leave_nodes_behind", dict(bad), cause, attempt))
         if self.requeues <= 0:
             return JobState.FAILED, {"summary": f"node(s) {', '.join(sorted(bad))} and no requeue left",

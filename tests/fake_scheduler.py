@@ -7,7 +7,9 @@ JAXLAUNCH_BACKENDS=fake=fake_scheduler:FakeBackend. docs/design/add-a-backend.md
 The "scheduler" is a spool folder (FAKE_SCHEDULER_SPOOL): submitting writes a numbered record
 there and starts the job's supervisor in a process of its own (`python tests/fake_scheduler.py
 RUN_DIR JOB_ID`), as a batch system would start a batch script; cancelling signals that process.
-Its ids look like `fake-3`. It imports nothing from launcher/backends/local/ or slurm/.
+Its ids look like `fake-3`. It imports nothing from launcher/backends/local/ or slurm/, and writes
+none of the CLI's words: `jaxlaunch status` shows its jobs from the seam's records (Job.info's
+default), and runs no sweeps (the seam's default says so).
 """
 
 from __future__ import annotations
@@ -26,7 +28,6 @@ from launcher.backends.faults import inject_here
 from launcher.launchers.mpirun import find_mpirun, mpirun_flags
 from launcher.launchers.rank_start import RANK_ENV_DEFAULTS, rank_command
 from launcher.environment import RUN_DIR_ENV
-from launcher.errors import UsageError
 from launcher.rundir import RunDirectory
 from launcher.states import JobState
 
@@ -74,17 +75,16 @@ class FakeJob(Job):
         return json.loads((spool() / f"{self.id}.json").read_text())
 
     def state(self) -> JobState:
+        """status.json's, while the job's first process (its supervisor) lives; its last word after."""
         status = self.status()
-        if status.state is not None and JobState.parse(status.state).final:
-            return JobState.parse(status.state)
-        pid = self.record().get("pid")
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return JobState.parse(self.status().state) if self.status().state else JobState.FAILED
-        except PermissionError:
-            pass
-        return JobState.parse(status.state) if status.state else JobState.PENDING
+        if not status.state.final:
+            try:
+                os.kill(self.record()["pid"], 0)
+            except ProcessLookupError:
+                return self.status().state
+            except PermissionError:
+                pass
+        return status.state
 
     def logs(self, rank: int | None = None) -> str:
         path = self.rank_log(rank) if rank is not None else self.run.path / "fake-scheduler.out"
@@ -119,7 +119,7 @@ class FakeBackend(Backend):
         ref = str(ref)
         record = spool() / f"{ref}.json"
         if not self.claims(ref) or not record.exists():
-            raise UsageError(f"no fake scheduler job {ref}")
+            raise self.unknown_jobs([ref])
         return FakeJob(ref, run or RunDirectory(json.loads(record.read_text())["run_dir"]))
 
     def plan(self, spec, run_dir=None, max_parallel=None) -> Plan:
@@ -129,9 +129,7 @@ class FakeBackend(Backend):
 
     def start_plan(self, plan: Plan, files=None, **options) -> Job:
         run = RunDirectory.create(plan.subject, plan.requested)
-        for name, data in (files or {}).items():
-            (run.path / name).parent.mkdir(parents=True, exist_ok=True)
-            (run.path / name).write_bytes(data)
+        run.write_files(files)
         job_id = f"{PREFIX}{len(list(spool().glob(f'{PREFIX}*.json'))) + 1}"
         run.update_status(backend=self.name, job_id=job_id, state=JobState.PENDING.value, submitted=time.time())
         with open(run.path / "fake-scheduler.out", "ab") as out:
@@ -139,12 +137,6 @@ class FakeBackend(Backend):
                                      stderr=subprocess.STDOUT, start_new_session=True)
         (spool() / f"{job_id}.json").write_text(json.dumps({"run_dir": str(run.path), "pid": child.pid}))
         return FakeJob(job_id, run)
-
-    def start_map(self, sweep, files, max_parallel=None):
-        raise UsageError("the fake scheduler runs no sweeps")
-
-    def start_sweep(self, sweep, run_dir=None, max_parallel=None, echo=print):
-        raise UsageError("the fake scheduler runs no sweeps")
 
 
 def main(argv: list[str]) -> int:

@@ -6,7 +6,9 @@ only through this file: `get_backend(name)` and `find_job(ref)`.
 
     local/     mpirun on this machine; the job's supervisor runs here
     slurm/     sbatch on a Slurm cluster; the supervisor runs inside the batch job
-    mpirun.py  how ranks start under mpirun (the local backend's, and a batch script's)
+
+How ranks start (mpirun, srun) is launcher/launchers/, which both use; what a backend answers is
+records.py's records (the CLI words them: launcher/cli/job_views.py).
 
 Backends come from a registry, read when first needed: the entry-point group `jaxlaunch.backends`
 (as torchx's `torchx.schedulers` and submitit's executors; jaxlaunch's own two are declared there in

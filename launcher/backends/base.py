@@ -7,16 +7,21 @@ again after 0.5 s, then 1.5 times longer each time the state stays the same, up 
 Code outside a backend's package reaches it only through this seam: `get_backend(name)` and
 `find_job(ref)` (launcher/backends/__init__.py) give a `Backend` or a `Job`, whose methods below
 are all the CLI, the status tables, doctor, explain and the Python API use. What a new backend
-must write: the abstract methods (`Job.state/logs/cancel`, `Backend.plan/start_plan/start_sweep/
-start_map/find`); every other method has a default that suits a backend without that feature.
+must write: the abstract methods (`Job.state/logs/cancel`, `Backend.plan/start_plan/find`); every
+other method has a default that suits a backend without that feature (no sweeps, no resume, no
+scheduler of its own to ask).
 
   routing       Backend.claims(ref): is this text one of my job ids (no I/O)
   planning      Backend.plan(...) -> Plan; Plan.describe() is what render and --dry-run print, and
                 Backend.start(...) is start_plan(plan(...)): what is shown is what starts
-  status        Backend.listed/resolve/status_rows/sweep_states/not_asked_line: this backend's
-                part of `jaxlaunch status`; one backend that cannot be asked spoils only its part
-  explain       Backend.placement/check_fit/fit_verdict/container_command
+  status        Backend.listed/resolve/job_infos/sweep_states: this backend's part of `jaxlaunch
+                status`, as records (records.py: JobInfo); one backend that cannot be asked spoils
+                only its part
+  explain       Backend.placement/check_fit (records.Fit)/container_command
   doctor        Backend.start_doctor_checks(env)
+
+The seam answers with records and typed errors (records.py), never with the CLI's sentences:
+launcher/cli/job_views.py renders them, so a new backend writes none of the CLI's prose.
 """
 
 from __future__ import annotations
@@ -28,6 +33,9 @@ from pathlib import Path
 from ..errors import JobFailedError, NoResultError, UnknownJobError, UsageError
 from ..rundir import RunDirectory
 from ..states import JobState, StatusRecord
+from .records import (  # the seam's records, re-exported: a backend imports them from here
+    NO_RESULT, Fit, ForgottenJobError, JobInfo, NoLogYet, NoRunDirectory, Requeues, SchedulerUnreachable, SpareSwap,
+    UnknownJobsError, history_fields)
 from ..supervisor.allocation import Allocation  # the in-job side of the seam (backends implement it)
 
 FIRST_POLL, MAX_POLL, BACKOFF = 0.5, 10.0, 1.5
@@ -37,6 +45,9 @@ class Job(ABC):
     """A handle on one job: `id`, `run_dir`, and the methods below (the same for every backend)."""
 
     backend = ""
+    # What messages call this backend's scheduler ('Slurm'); empty for a backend whose jobs are
+    # jaxlaunch's alone (a local run), which nothing outside jaxlaunch can forget.
+    scheduler_name = ""
 
     def __init__(self, job_id: str, run: RunDirectory | None):
         self.id = job_id
@@ -71,12 +82,13 @@ class Job(ABC):
         from ..rundir.goodput import goodput
 
         if self.run is None:
-            raise UsageError(self.no_run_dir_message())
+            raise NoRunDirectory(self.id, self.backend, self.records_index())
         return goodput(self.run.path)
 
-    def no_run_dir_message(self) -> str:
-        """Why this job has no run directory, so no records to read, and the fix."""
-        return f"job {self.id} has no run directory that jaxlaunch knows.\n  fix: name its run directory (RUN_DIR) instead."
+    def records_index(self) -> Path | None:
+        """Where jaxlaunch records the jobs it starts on this backend (Slurm: its index of submitted
+        jobs), named in the errors about a job it cannot find; None for none. No I/O."""
+        return None
 
     def metrics(self, as_frame: bool = False):
         """Every report of rank 0: [{'step', 'time', **metrics}], oldest first (over restarts); with
@@ -107,7 +119,7 @@ class Job(ABC):
             if state.final:
                 return state
             if state == JobState.UNKNOWN:
-                raise UnknownJobError(self.unknown_message())
+                raise ForgottenJobError(self.id, self.backend, self.scheduler_name, self.run_dir)
             if deadline is not None:
                 left = deadline - time.monotonic()
                 if left <= 0:
@@ -116,9 +128,6 @@ class Job(ABC):
             else:
                 time.sleep(delay)
             delay = min(delay * BACKOFF, MAX_POLL)
-
-    def unknown_message(self) -> str:
-        return f"job {self.id}: its {self.backend} backend does not know it"
 
     def exit_code(self) -> int:
         """The exit code `jaxlaunch run` / `submit --wait` give for the job's final state: the
@@ -200,27 +209,23 @@ class Job(ABC):
         (and raise the backend's SchedulerError when it cannot be asked)."""
         return self.run is not None
 
-    def describe_state(self, state: JobState) -> str:
-        """`state` (what `state()` just gave) as the status table and `--wait` show it: the
-        default is the state's name; a backend may add why the job waits ('PENDING (Resources)'),
-        from what it already knows (no new I/O)."""
-        return str(state)
+    def pending_reason(self) -> str:
+        """Why the scheduler keeps the job waiting ('Resources'), from its last answer (no new I/O);
+        '' when it is not waiting, or the scheduler did not say."""
+        return ""
 
-    def status_label(self) -> str:
-        """What begins `jaxlaunch status`'s lines about this job ('job 12'). No I/O."""
-        return f"job {self.id}"
+    def info(self) -> JobInfo:
+        """The job as `jaxlaunch status` shows it: its state, why it waits, and from its status.json
+        how often it requeued itself or swapped in a spare node."""
+        state = self.state()
+        return JobInfo(self.id, self.backend, state, self.run_dir,
+                       reason=self.pending_reason() if state == JobState.PENDING else "",
+                       **history_fields(self.status()))
 
-    def status_notes(self) -> list[str]:
-        """Lines about this job that `jaxlaunch status` prints under its table, before the job's
-        progress (Slurm: how often it requeued itself), each without the label; [] when none.
-        Reads the run directory only."""
-        return []
-
-    def no_log_yet(self, rank: int | None = None) -> str | None:
-        """Why `jaxlaunch logs` has nothing to print yet, when the backend can tell: the one file
-        `logs(rank)` reads does not exist yet ('no log yet at PATH'). None when `logs(rank)` can
-        just be printed (it is "" before there is any output). UsageError for a rank the job does
-        not have."""
+    def log_path(self, rank: int | None = None) -> Path | None:
+        """The one file `logs(rank)` reads, when there is one (`jaxlaunch logs` says so while it does
+        not exist yet); None when `logs(rank)` can just be printed (it is "" before there is any
+        output). UsageError for a rank the job does not have."""
         return None
 
 
@@ -247,15 +252,6 @@ class Plan(ABC):
         """The text `render` and `--dry-run` print, ending in a newline. No I/O."""
 
 
-class StatusRows:
-    """One backend's table in `jaxlaunch status`: `headers`, `rows` (one per known job, in the
-    order asked), `jobs` (the handle of each row, same order), `unknown` (the ids nobody knows:
-    named on the command line, they end `status` with exit 2 after the table)."""
-
-    def __init__(self, headers: list[str], rows: list[list[str]], jobs: list[Job], unknown: list[str] = ()):
-        self.headers, self.rows, self.jobs, self.unknown = list(headers), rows, jobs, list(unknown)
-
-
 class Placement:
     """Where a backend starts a spec's ranks, as `jaxlaunch explain` shows it (no I/O to make):
     `where` ('this machine, under mpirun'), `node_env` (what every rank of a node sees before its
@@ -279,6 +275,12 @@ class Backend(ABC):
     # The faults `jaxlaunch drill --target NAME` can inject into this backend's jobs (inject_fault);
     # none by default. backends/faults.py delivers kill, preempt and hang to ranks on this machine.
     drill_faults: tuple[str, ...] = ()
+    # What messages call this backend's scheduler ('Slurm': "unknown: Slurm no longer knows it");
+    # empty for a backend whose jobs are jaxlaunch's alone.
+    scheduler_name = ""
+    # The JobInfo fields this backend fills beyond id, state and run directory, so that `status`
+    # shows their columns: Slurm's ("elapsed", "nodes"), local's ("seconds", "result").
+    info_fields: tuple[str, ...] = ()
 
     # --- routing ---------------------------------------------------------------------------
 
@@ -320,17 +322,25 @@ class Backend(ABC):
         """Start `spec` (a JobSpec) and return at once with its handle: `start_plan(plan(spec, run_dir))`."""
         return self.start_plan(self.plan(spec, run_dir), files, **options)
 
-    @abstractmethod
     def start_map(self, sweep, files: list[dict[str, bytes]], max_parallel: int | None = None) -> list[Job]:
         """Start every configuration of `sweep` (one per item of Executor.map), configuration i
-        with `files[i]` in its run directory; returns at once with the handles, in order."""
+        with `files[i]` in its run directory; returns at once with the handles, in order.
+        The default: UsageError (a backend that runs no sweeps)."""
+        raise UsageError(f"the {self.name} backend runs no sweeps")
 
-    @abstractmethod
     def start_sweep(self, sweep, run_dir=None, max_parallel: int | None = None, echo=print):
         """Start every configuration of `sweep` in a new sweep directory (`run_dir`), `max_parallel`
         at a time, echoing progress; returns (the SweepDirectory, the backend's answer): local runs
         them all here and answers with the exit code (0: all completed); Slurm submits (after the
-        cluster check, unless check=False) and answers with the job array ids."""
+        cluster check, unless check=False) and answers with the job array ids. The default:
+        UsageError (a backend that runs no sweeps)."""
+        raise UsageError(f"the {self.name} backend runs no sweeps")
+
+    def resume(self, run_dir, echo=print, print_result=print) -> Job:
+        """`jaxlaunch run --resume RUN_DIR`: continue the run in RUN_DIR (preempted, failed or
+        cancelled) in the same folder, with its spec; the handle once it has ended. UsageError
+        where this backend cannot."""
+        raise UsageError(f"the {self.name} backend cannot resume a run (--resume)")
 
     def wait_for_sweep(self, directory, echo, poll_seconds: float = 2.0) -> list:
         """Follow every task of the sweep in `directory` (a SweepDirectory) to its end, echoing the
@@ -365,14 +375,14 @@ class Backend(ABC):
 
     def resolve(self, refs: list[str]) -> tuple[list, list[Job]]:
         """The ids the user named that this backend claims, as (sweep directories, job handles),
-        in their order; no scheduler call (`status_rows` asks once for all)."""
+        in their order; no scheduler call (`job_infos` asks once for all)."""
         return [], [self.find(ref) for ref in refs]
 
-    def status_rows(self, jobs: list[Job]) -> StatusRows:
-        """The table `jaxlaunch status` prints for `jobs`, asking the backend as few times as it
-        can for all of them. The default: JOB, STATE, RUN DIR."""
-        rows = [[job.id, job.describe_state(job.state()), str(job.run_dir or "")] for job in jobs]
-        return StatusRows(["JOB", "STATE", "RUN DIR"], rows, list(jobs))
+    def job_infos(self, jobs: list[Job]) -> list[JobInfo]:
+        """One JobInfo per handle, in their order, asking the backend as few times as it can for all
+        of them. A job neither the backend nor jaxlaunch knows (a wrong id) has none: `jaxlaunch
+        status` ends with `unknown_jobs` of those. The default: each job's `info()`."""
+        return [job.info() for job in jobs]
 
     def sweep_states(self, directory) -> list:
         """Every task's TaskState (launcher/sweeps/tasks.py) of the sweep in `directory`, asking
@@ -381,16 +391,9 @@ class Backend(ABC):
 
         return states_from_runs(directory)
 
-    def not_asked_line(self, error: Exception) -> str:
-        """The one line `jaxlaunch status` prints in place of this backend's part when `error`
-        (a JaxlaunchError) stopped it: why, and the fix when there is one."""
-        said = "; ".join(line.strip() for line in str(error).splitlines() if line.strip())
-        return f"the {self.name} backend's jobs could not be shown: {said}"
-
-    def unknown_ids_message(self, ids: list[str]) -> str:
-        """The error for ids this backend claims that neither it nor jaxlaunch knows, with the fix."""
-        plural = "s" if len(ids) > 1 else ""
-        return f"no job{plural} {', '.join(ids)} known to the {self.name} backend"
+    def unknown_jobs(self, ids: list[str]) -> UnknownJobsError:
+        """The error for ids this backend claims that neither it nor jaxlaunch knows (not raised here)."""
+        return UnknownJobsError(ids, self.name)
 
     # --- jaxlaunch explain and doctor ---------------------------------------------------------
 
@@ -398,18 +401,14 @@ class Backend(ABC):
         """Where and with what environment this backend starts `spec`'s ranks (no I/O)."""
         return Placement(f"the {self.name} backend")
 
-    def check_fit(self, spec) -> tuple[list[str], list[str]]:
-        """(problems that stop `spec` from ever starting here, each ending with its fix; warnings:
-        what could not be checked). May ask the scheduler (Slurm: its partitions and nodes)."""
-        return [], []
+    def check_fit(self, spec) -> Fit:
+        """Whether `spec` can ever start here (records.Fit: problems, each ending with its fix;
+        warnings: what could not be checked). May ask the scheduler (Slurm: its partitions and nodes)."""
+        return Fit()
 
     def requeue_policy(self, spec):
         """How a requeued attempt of `spec` would start again here (a record `explain` renders:
         slurm.requeue_policy.RequeuePolicy), or None where jobs are not requeued. May ask the scheduler."""
-        return None
-
-    def fit_verdict(self, problems: list[str], warnings: list[str]) -> str | None:
-        """The last line of `explain`'s check (Slurm: 'the request fits the cluster'); None for none."""
         return None
 
     def container_command(self, spec, run_dir: Path, workdir: Path) -> str:

@@ -30,10 +30,10 @@ def explain(spec, overrides, program_args, target, run_dir):
 
     backend = get_backend(target)
     job = load_spec(spec, overrides, program_args=program_args)
-    problems, warnings = backend.check_fit(job)
-    click.echo(format_explain(job, backend, RunDirectory.preview(job, run_dir).path, problems, warnings,
+    fit = backend.check_fit(job)
+    click.echo(format_explain(job, backend, RunDirectory.preview(job, run_dir).path, fit,
                               requeue=backend.requeue_policy(job)), nl=False)
-    if problems:
+    if fit.problems:
         sys.exit(2)
 
 

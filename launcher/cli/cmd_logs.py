@@ -16,13 +16,13 @@ from .options import user_errors
 @user_errors
 def logs(job_id, rank, follow):
     """Print a job's output: a Slurm job's, or a run directory's."""
-    from ..errors import UsageError
+    from ..backends.records import NoLogYet
     from .job_lookup import find_known_job
 
     job = find_known_job(job_id, needs_run_dir=True)
-    missing = None if follow else job.no_log_yet(rank)
-    if missing:
-        raise UsageError(missing)
+    path = None if follow else job.log_path(rank)
+    if path is not None and not path.exists():
+        raise NoLogYet(job.id, rank, path)
     if follow:
         job.follow_logs(rank, write=lambda text: click.echo(text, nl=False))
     else:

@@ -30,6 +30,7 @@ def run(spec, overrides, program_args, sweeps, max_parallel, run_dir, dry_run, r
         if spec is not None or overrides or program_args or sweeps or run_dir is not None or dry_run:
             raise click.UsageError("--resume RUN_DIR runs the spec saved in RUN_DIR: give no SPEC, --set, "
                                    "--sweep, --run-dir or --dry-run with it")
+        # Backend.resume: the run continues where `run` runs, in its own folder with its own spec
         sys.exit(local.resume(resume_dir, echo=progress, print_result=click.echo).exit_code())
     job = job_or_sweep(spec, overrides, sweeps, max_parallel, program_args)
     if dry_run:

@@ -4,8 +4,8 @@ One row per rank (node, local rank, the devices it will see, its global device i
 launcher environment it gets, its local mesh), the resources requested per node and in total,
 and the target backend's check that the request can run there (this machine's GPU; on Slurm,
 the cluster's partition, nodes, CPUs, GPUs, memory and time limit, which `submit` checks too).
-What depends on the target comes from its backend (Backend.placement, check_fit, fit_verdict,
-container_command). The device columns come from the same function that binds devices at run
+What depends on the target comes from its backend (Backend.placement, check_fit: a records.Fit
+that job_views.py words, container_command). The device columns come from the same function that binds devices at run
 time (launcher/rank/topology.py), not a copy of it.
 """
 
@@ -21,6 +21,7 @@ from ..launchers.rank_start import RANK_ENV_DEFAULTS
 from ..environment import ATTEMPT_ENV, RUN_DIR_ENV
 from ..rank.topology import DEVICE_AXIS, device_environment
 from ..spec import JobSpec
+from .job_views import fit_lines
 
 
 
@@ -131,8 +132,9 @@ def requeue_lines(spec: JobSpec, policy) -> list[str]:
             f"it may start again, then for its turn in the queue: {why}"]
 
 
-def format_explain(spec: JobSpec, target: str | Backend, run_dir: Path, problems: list[str] = (),
-                   warnings: list[str] = (), workdir: Path | None = None, requeue=None) -> str:
+def format_explain(spec: JobSpec, target: str | Backend, run_dir: Path, fit=None, workdir: Path | None = None,
+                   requeue=None) -> str:
+    """The whole of `explain`'s text; `fit` (a records.Fit) the backend's check, None when not checked."""
     from tabulate import tabulate
 
     backend = _backend(target)
@@ -150,8 +152,7 @@ def format_explain(spec: JobSpec, target: str | Backend, run_dir: Path, problems
              *program_lines(spec), *watchdog_lines(spec), transport_line(spec),
              *requeue_lines(spec, requeue), *container_lines(spec, backend, run_dir, workdir or Path.cwd()), "",
              tabulate(resource_rows(spec), headers=["RESOURCES", "PROCESSES", "DEVICES", "CPUS", "GPUS"])]
-    verdict = backend.fit_verdict(problems, warnings)
-    checked = [*(f"refused: {p}" for p in problems), *(f"warning: {w}" for w in warnings), *([verdict] if verdict else [])]
+    checked = fit_lines(fit) if fit is not None else []
     if checked:
         lines += ["", *checked]
     return "\n".join(lines).rstrip() + "\n"

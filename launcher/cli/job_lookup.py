@@ -4,7 +4,7 @@ job id finds it, so a wrong id gets the same answer in each; and `wait_for` (`su
 from __future__ import annotations
 
 from ..backends import find_job, get_backend
-from ..errors import UsageError
+from ..backends.records import NoRunDirectory
 from ..states import JobState
 
 
@@ -16,17 +16,19 @@ def find_known_job(job_id_or_run_dir, needs_run_dir: bool = False):
     job = find_job(job_id_or_run_dir)
     if job.run is None:
         if not job.exists():
-            raise UsageError(get_backend(job.backend).unknown_ids_message([job.id]))
+            raise get_backend(job.backend).unknown_jobs([job.id])
         if needs_run_dir:
-            raise UsageError(job.no_run_dir_message())
+            raise NoRunDirectory(job.id, job.backend, job.records_index())
     return job
 
 
 def wait_for(job, echo) -> JobState:
     """`--wait`: follow one job to its end, echoing each state change (with the scheduler's
     reason while it waits), then its root cause if it did not complete."""
+    from .job_views import wait_line
+
     def changed(handle, state):
-        echo(f"job {handle.id}: {handle.describe_state(state)}")
+        echo(wait_line(handle.id, state, handle.pending_reason() if state == JobState.PENDING else ""))
 
     state = job.wait(on_change=changed)
     if state != JobState.COMPLETED:

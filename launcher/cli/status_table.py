@@ -1,17 +1,17 @@
-"""What `jaxlaunch status` prints, assembled from every backend's part: each backend lists its own
-jobs and sweeps, makes its own table (Backend.status_rows) and says its sweeps' task states; this
-module puts the parts together, one blank line apart, with the lines under each table (notes,
-progress, root cause) and the sweeps' summaries. Without arguments, a backend that cannot be
-asked spoils only its own part: one line says why (Backend.not_asked_line), the other parts
-stand, and the exit code is 0."""
+"""What `jaxlaunch status` prints, from every backend's part: each lists its jobs and sweeps, answers
+with a record per job (Backend.job_infos) and says its sweeps' task states; this module puts the
+parts together, one blank line apart, each a table (job_views.py words the records) with the lines
+under it and the sweeps' summaries. Without arguments, a backend that cannot be asked spoils only
+its own part: one line says why (job_views.not_asked_line), the others stand, and the exit code is 0."""
 
 from __future__ import annotations
 
 from tabulate import tabulate
 
 from ..backends import RUN_DEFAULT, all_backends, claimant, find_job, get_backend, registry
-from ..errors import JaxlaunchError, UsageError
+from ..errors import JaxlaunchError
 from ..states import JobState
+from .job_views import job_label, not_asked_line, note_lines, status_table
 
 EXPLAINED_STATES = (JobState.FAILED, JobState.TIMEOUT, JobState.CANCELLED)
 NOTHING_YET = "no jobs submitted with jaxlaunch yet, and no local runs in runs/"
@@ -43,7 +43,6 @@ def still_line(job) -> str | None:
     """'last progress: rank 0 2 s ago, rank 1 3 min 05 s ago' when a rank of a running job has not
     moved (its stack, or a report) for STILL_SHOWN_SECONDS: the hang watchdog's view."""
     import time
-
     from ..rundir.metrics import format_seconds
 
     run = getattr(job, "run", None)
@@ -60,12 +59,12 @@ def still_line(job) -> str | None:
     return "last progress: " + ", ".join(f"rank {rank} {format_seconds(s)} ago" for rank, s in sorted(seconds.items()))
 
 
-def job_lines(job, named: bool, verbose: bool, echo) -> None:
-    """The lines under the table about one job: its backend's notes, its progress (always for a job
-    named on the command line, else while it runs) and, for a named job that failed, timed out or
-    was cancelled, its root cause."""
-    label = job.status_label()
-    for note in job.status_notes():
+def job_lines(backend, job, info, named: bool, verbose: bool, echo) -> None:
+    """The lines under the table about one job (`info`: its record): how it survived (requeues,
+    spare nodes), its progress (always for a job named on the command line, else while it runs)
+    and, for a named job that failed, timed out or was cancelled, its root cause."""
+    label = job_label(backend, info)
+    for note in note_lines(info):
         echo(f"{label} {note}")
     if named or not job.state().final:
         progress_lines(job, label, verbose, echo)
@@ -132,13 +131,16 @@ def _print_part(backend, sweeps: list, jobs: list, named: bool, verbose: bool, e
                            for t in states], headers=["TASK", "JOBID", "STATE", "ELAPSED", *keys]))
     if not jobs:
         return
-    table = backend.status_rows(jobs)
-    if table.rows:
-        echo(tabulate(table.rows, headers=table.headers))
-    for job in table.jobs:
-        job_lines(job, named, verbose, echo)
-    if table.unknown:
-        raise UsageError(backend.unknown_ids_message(table.unknown))
+    infos = backend.job_infos(jobs)
+    known = [(job, info) for job, info in zip(jobs, infos) if not info.unknown]
+    headers, rows = status_table(backend, [info for _, info in known])
+    if rows:
+        echo(tabulate(rows, headers=headers))
+    for job, info in known:
+        job_lines(backend, job, info, named, verbose, echo)
+    unknown = [info.job_id for info in infos if info.unknown]
+    if unknown:
+        raise backend.unknown_jobs(unknown)
 
 
 def _backend_of_sweep(directory) -> str:
@@ -156,11 +158,12 @@ def print_status(refs: list[str], verbose: bool, echo) -> None:
     if not refs:
         for backend in all_backends():
             parts.new_part()
+            sweeps, jobs = [], []
             try:
                 sweeps, jobs = backend.listed()
                 _print_part(backend, sweeps, jobs, False, verbose, parts.echo)
             except JaxlaunchError as error:  # this backend's part only: the others stand
-                parts.echo(backend.not_asked_line(error))
+                parts.echo(not_asked_line(backend, error, len(sweeps) + len(jobs)))
             hidden = backend.unlisted()
             if hidden:
                 parts.echo(f"({hidden} older {backend.name} job{'s' if hidden > 1 else ''} not shown: "

@@ -66,7 +66,7 @@ def watch(job, interval: float = 2.0, console=None) -> object:
     from rich.console import Console
     from rich.live import Live
 
-    from ..errors import UnknownJobError
+    from ..backends.records import ForgottenJobError
     from ..rundir.metrics import metrics
     from ..states import JobState
 
@@ -79,7 +79,7 @@ def watch(job, interval: float = 2.0, console=None) -> object:
               transient=False) as live:
         while not state.final:
             if state == JobState.UNKNOWN:
-                raise UnknownJobError(job.unknown_message())
+                raise ForgottenJobError(job.id, job.backend, job.scheduler_name, job.run_dir)
             time.sleep(interval)
             state = job.state()
             live.update(render(job, state, job.progress(), history()), refresh=True)

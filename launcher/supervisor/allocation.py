@@ -73,39 +73,37 @@ class Allocation:
     def can_replace_nodes(self, bad=()) -> bool:
         """Whether `bad` nodes (a hang's culprits) can be replaced at all: by spares inside the
         allocation, or by a requeue without them (otherwise the job restarts or ends as after any failure)."""
-        return (self.can_swap_in_spares(self.spec, self.run, bad)
-                or self.can_leave_nodes_behind(self.spec, self.run, bad))
+        return self.can_swap_in_spares(bad) or self.can_leave_nodes_behind(bad)
 
     def replace_nodes(self, bad: dict[str, str], cause: str, failure: dict | None, attempt: int) -> NodeDecision:
         """One decision for `bad` nodes (node: why): spares in their place inside the allocation, else a
         requeue without them, else the end."""
-        if self.swap_in_spares(bad, cause, attempt, self.run, self.spec, self.echo):
+        if self.swap_in_spares(bad, cause, attempt):
             return NodeDecision(NodeAction.SPARE)
-        state, failure = self.leave_nodes_behind(bad, cause, failure, attempt, self.run, self.spec, self.echo)
+        state, failure = self.leave_nodes_behind(bad, cause, failure, attempt)
         action = NodeAction.REQUEUE if state == JobState.REQUEUED else NodeAction.END
         return NodeDecision(action, state, failure)
 
-    # The backend's hooks behind those two questions, in the order replace_nodes tries them. They
-    # still take spec, run and echo as arguments (unit tests outside the supervisor's call or
-    # override them that way); the supervisor never calls them.
+    # The backend's hooks behind those two questions, in the order replace_nodes tries them; the
+    # supervisor never calls them.
 
-    def can_swap_in_spares(self, spec, run, bad=()) -> bool:
+    def can_swap_in_spares(self, bad=()) -> bool:
         """Whether swap_in_spares can replace `bad` nodes inside this allocation."""
         return False
 
-    def swap_in_spares(self, bad: dict[str, str], cause: str, attempt: int, run, spec, echo) -> bool:
+    def swap_in_spares(self, bad: dict[str, str], cause: str, attempt: int) -> bool:
         """Stop using `bad` nodes (node: why) inside the allocation, spare nodes in their place: True
         when the next attempt can start at once, False when too few nodes are left (then the job is
         requeued without them, or ends)."""
         return False
 
-    def can_leave_nodes_behind(self, spec, run, bad=()) -> bool:
+    def can_leave_nodes_behind(self, bad=()) -> bool:
         """Whether leave_nodes_behind can still requeue the job without `bad` (a hang's culprit node
         is then left behind; otherwise the job restarts or ends as after any failure)."""
         return False
 
-    def leave_nodes_behind(self, bad: dict[str, str], cause: str, failure: dict | None, attempt: int,
-                           run, spec, echo) -> tuple[JobState, dict | None]:
+    def leave_nodes_behind(self, bad: dict[str, str], cause: str, failure: dict | None,
+                           attempt: int) -> tuple[JobState, dict | None]:
         """Give the job its nodes back without `bad`: REQUEUED, or FAILED (with the failure, which the
         supervisor writes) when it cannot."""
         raise NotImplementedError(f"{type(self).__name__} cannot replace nodes")

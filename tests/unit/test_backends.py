@@ -108,7 +108,7 @@ class CountingScheduler:
 
     def __call__(self, job_ids):
         self.calls.append(list(job_ids))
-        return {j: scheduler.JobInfo(j, s, *scheduler.translate_state(s), "0:01", "1", "fake")
+        return {j: scheduler.SlurmRecord(j, s, *scheduler.translate_state(s), "0:01", "1", "fake")
                 for j, s in self.states.items() if j in job_ids}
 
 
@@ -123,7 +123,7 @@ def test_many_handles_share_one_batched_query(monkeypatch):
         assert job.state() == JobState.PENDING
     assert len(fake.calls) == 1
     fake.states["5_3"] = "COMPLETED"
-    assert jobs[3].info(max_age=0).state == "COMPLETED"
+    assert jobs[3].slurm_record(max_age=0).state == "COMPLETED"
     assert len(fake.calls) == 2 and len(fake.calls[1]) == 20  # one query refreshed every unfinished job
     jobs[3].state(), jobs[3].state()
     assert all("5_3" not in call for call in fake.calls[2:])  # a finished job is never asked about again
@@ -261,3 +261,22 @@ def test_a_found_run_whose_supervisor_cannot_be_checked_is_left_alone(tmp_path, 
         return
     assert job.state() == JobState.RUNNING and not job.done()
     assert killed == [] and run.status().state == JobState.RUNNING and run.status().reason is None
+
+
+def test_the_cli_words_a_jobs_record_the_backend_writes_none():
+    """The seam answers with records (launcher/backends/records.py); launcher/cli/job_views.py words them."""
+    from launcher.backends.records import Fit, JobInfo, Requeues, SpareSwap
+    from launcher.cli import job_views
+
+    info = JobInfo("7", "slurm", JobState.PENDING, reason="Resources", elapsed="0:00", time_limit="1:00:00",
+                   requeues=Requeues(total=2, preemptions=1, timeouts=1),
+                   spare_swaps=(SpareSwap(("node2",), ("node3",), "node_failure"),))
+    assert job_views.state_text(info.state, info.reason) == "PENDING (Resources)"
+    assert job_views.elapsed_cell(info) == "0:00/1:00:00"
+    assert job_views.note_lines(info) == [
+        "requeued 2 times: 1 preemption, 1 time limit",
+        "1 spare-node swap inside the allocation (no requeue): node2 -> node3 (node failure)"]
+    assert job_views.fit_verdict(Fit([], [], "the cluster")) == "the request fits the cluster"
+    assert job_views.fit_verdict(Fit([], ["no GPUs listed"], "the cluster")) == "the request was not fully checked"
+    assert job_views.fit_verdict(Fit(["too many nodes"], [], "the cluster")) is None
+    assert job_views.fit_verdict(Fit()) is None  # a backend that checks against nothing of its own says nothing

@@ -613,7 +613,7 @@ def test_a_hang_leaves_the_culprits_node_behind_only_where_the_allocation_can_do
     class Cluster(Allocation):
         spare = True
 
-        def can_leave_nodes_behind(self, spec, run, bad=()):
+        def can_leave_nodes_behind(self, bad=()):
             asked.append(set(bad))
             return self.spare
 

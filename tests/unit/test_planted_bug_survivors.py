@@ -121,14 +121,13 @@ def test_the_room_check_before_leaving_nodes_behind_counts_the_spare_nodes(tmp_p
     """Planted bug: the nodes a requeue needs are the job's nodes only, without slurm.spare_nodes: a
     requeue that would wait in the queue for good is allowed."""
     spec, run = slurm_run(tmp_path, spare_nodes=1)
-    allocation = SlurmAllocation("7")
-    slurm_partition[:] = ["node1", "node2", "node3", "node4"]
-    assert allocation.can_leave_nodes_behind(spec, run, {"node1"})  # 3 left: 2 nodes + 1 spare
-    slurm_partition[:] = ["node1", "node2", "node3"]
-    assert not allocation.can_leave_nodes_behind(spec, run, {"node1"})  # 2 left, the job needs 3
     echoed = []
-    state, failure = allocation.leave_nodes_behind({"node1": "held the job up"}, "hang", None, 0, run, spec,
-                                                   echoed.append)
+    allocation = SlurmAllocation("7").bind(spec, run, echoed.append)
+    slurm_partition[:] = ["node1", "node2", "node3", "node4"]
+    assert allocation.can_leave_nodes_behind({"node1"})  # 3 left: 2 nodes + 1 spare
+    slurm_partition[:] = ["node1", "node2", "node3"]
+    assert not allocation.can_leave_nodes_behind({"node1"})  # 2 left, the job needs 3
+    state, failure = allocation.leave_nodes_behind({"node1": "held the job up"}, "hang", None, 0)
     assert state == JobState.FAILED and "fewer than the job's 3" in failure["summary"], failure
 
 
@@ -136,14 +135,12 @@ def test_a_requeue_after_a_hang_is_counted_apart_from_node_failures(tmp_path, sl
     """Planted bug: a hang's requeue is counted in status.json's node_failures, not hang_requeues."""
     spec, run = slurm_run(tmp_path)
     slurm_partition[:] = ["node1", "node2", "node3", "node4"]
-    allocation = SlurmAllocation("7")
-    state, _ = allocation.leave_nodes_behind({"node2": "rank 1 held the job up"}, "hang", None, 0, run, spec,
-                                             lambda line: None)
+    allocation = SlurmAllocation("7").bind(spec, run, lambda line: None)
+    state, _ = allocation.leave_nodes_behind({"node2": "rank 1 held the job up"}, "hang", None, 0)
     assert state == JobState.REQUEUED
     status = run.read_status()
     assert (status["requeues"], status["hang_requeues"], status.get("node_failures", 0)) == (1, 1, 0)
-    state, _ = allocation.leave_nodes_behind({"node3": "State=DOWN"}, "node_failure", None, 1, run, spec,
-                                             lambda line: None)
+    state, _ = allocation.leave_nodes_behind({"node3": "State=DOWN"}, "node_failure", None, 1)
     status = run.read_status()
     assert (state, status["requeues"], status["hang_requeues"], status["node_failures"]) == \
         (JobState.REQUEUED, 2, 1, 1)

@@ -17,7 +17,7 @@ from launcher.spec import JobSpec
 from launcher.spec.model import SlurmSpec
 from launcher.rundir import RunDirectory
 
-from test_supervisor_units import fake_launcher, quick_stops, slurm, status, supervisor  # noqa: F401 (fixtures)
+from supervision_helpers import fake_launcher, quick_stops, slurm, status, supervisor  # noqa: F401 (fixtures)
 
 
 def test_the_attempt_runs_on_the_first_usable_nodes_named_on_the_launchers_line():
@@ -83,7 +83,11 @@ def test_a_node_lost_under_the_job_is_replaced_by_a_spare_without_a_requeue(fake
     assert [e["spares"] for e in run.read_events() if e["event"] == "nodes_replaced"] == [["node3"]]
     assert any("restarting the ranks inside this allocation on node3 (spare)" in line for line in sup.echoed)
     job = SlurmJob("7", run)
-    assert "1 spare-node swap inside the allocation (no requeue): node2 -> node3 (node failure)" in job.status_notes()
+    from launcher.backends.records import JobInfo, history_fields
+    from launcher.cli.job_views import note_lines
+
+    info = JobInfo(job_id="7", backend="slurm", state=final["state"], **history_fields(job.status()))
+    assert "1 spare-node swap inside the allocation (no requeue): node2 -> node3 (node failure)" in note_lines(info)
 
 
 def test_a_replaced_node_still_down_is_not_lost_again_when_a_later_attempt_fails(fake_launcher, tmp_path, slurm,
@@ -124,14 +128,14 @@ def test_a_node_failing_the_health_check_is_replaced_before_the_first_attempt(fa
 
 def test_without_spares_nothing_changes(fake_launcher, tmp_path, slurm, three_nodes):
     spec, run = slurm_run(tmp_path)
-    allocation = SlurmAllocation("7")
-    assert allocation.launch_command(["srun", "x"], spec, run) == ["srun", "x"]
-    assert not allocation.can_swap_in_spares(spec, run, {"node2"})
-    spec = spec.replace(slurm=SlurmSpec(spare_nodes=1))
-    assert allocation.launch_command(["srun", "x"], spec, run) == ["srun", "--nodelist=node1,node2", "--ntasks=2", "x"]
-    assert allocation.can_swap_in_spares(spec, run, {"node2"})
+    allocation = SlurmAllocation("7").bind(spec, run)
+    assert allocation.launch_command(["srun", "x"]) == ["srun", "x"]
+    assert not allocation.can_swap_in_spares({"node2"})
+    allocation.bind(spec.replace(slurm=SlurmSpec(spare_nodes=1)), run)
+    assert allocation.launch_command(["srun", "x"]) == ["srun", "--nodelist=node1,node2", "--ntasks=2", "x"]
+    assert allocation.can_swap_in_spares({"node2"})
     three_nodes["node3"] = "State=DOWN"  # the spare itself failed while idle
-    assert not allocation.can_swap_in_spares(spec, run, {"node2"})
+    assert not allocation.can_swap_in_spares({"node2"})
 
 
 def partition_of(monkeypatch, slurm, partition, members):
@@ -185,10 +189,10 @@ def test_the_allocation_gives_one_decision_for_bad_nodes_and_the_supervisor_writ
     class Cluster(Allocation):
         spares, requeues = True, True
 
-        def swap_in_spares(self, bad, cause, attempt, run, spec, echo):
+        def swap_in_spares(self, bad, cause, attempt):
             return self.spares
 
-        def leave_nodes_behind(self, bad, cause, failure, attempt, run, spec, echo):
+        def leave_nodes_behind(self, bad, cause, failure, attempt):
             if self.requeues:
                 return JobState.REQUEUED, None
             return JobState.FAILED, {"summary": f"node(s) {sorted(bad)} and no requeue left", "reason": cause}

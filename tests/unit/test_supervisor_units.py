@@ -26,9 +26,7 @@ from launcher.environment import RUN_DIR_ENV
 from launcher.states import JobState
 from launcher.supervisor import root_cause
 from launcher.supervisor.supervise import Outcome, Supervisor, describe_outcome, exit_code_for
-# The harness; `slurm` is imported only for test_spare_nodes.py, which takes its fixtures from here.
-from supervision_helpers import (fake_launcher, make_run, quick_stops, seen, slurm, status,  # noqa: F401 (fixtures)
-                                 supervisor)
+from supervision_helpers import fake_launcher, make_run, quick_stops, seen, status, supervisor  # noqa: F401 (fixtures)
 
 supervise = importlib.import_module("launcher.supervisor.supervise")  # the package exports a function by that name
 attempt = importlib.import_module("launcher.supervisor.attempt")  # one attempt: where its timings are read

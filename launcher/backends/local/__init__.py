@@ -6,7 +6,6 @@ exports (the `Backend` seam, launcher/backends/base.py).
   plan.py         the mpirun command and environment of a local run (its Plan), the checks
                   before it, and where `explain` says the ranks run
   array.py        a local sweep: its configurations run one after another (or N at a time)
-  status.py       the local runs' table in `jaxlaunch status`
   background.py   `python -m launcher.backends.local.background`: the child that supervises
                   one configuration of a local sweep, or a run of the Python API (launcher.run)
 """

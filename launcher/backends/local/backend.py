@@ -10,6 +10,7 @@ supervisor was killed, and can cancel it.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -21,13 +22,13 @@ from pathlib import Path
 from ...errors import JobStateError, UsageError
 
 LISTED_RUNS = 10  # the newest runs under runs/ that `status` lists without arguments
-from .. import mpirun
+from ...launchers import mpirun
 from . import plan as launch
 from ...rundir import RunDirectory
 from ...rundir.names import STATUS_FILE
 from ...spec import JobSpec
 from ...states import JobState
-from ..base import Backend, Job, StatusRows
+from ..base import NO_RESULT, Backend, Fit, Job, JobInfo
 from ..faults import HERE as FAULTS_HERE, inject_here
 
 RESUMABLE_STATES = (JobState.PREEMPTED, JobState.FAILED, JobState.CANCELLED, JobState.TIMEOUT)
@@ -87,11 +88,18 @@ class LocalJob(Job):
         super().__init__(run.path.name, run)
         self.process = process  # the background supervisor, when this process started it
 
-    def status_label(self) -> str:
-        """Its run directory, as the user would type it (runs/...)."""
-        from .status import shown_path
-
-        return shown_path(self.run_dir)
+    def info(self) -> JobInfo:
+        """With how long it ran (status.json) and what it returned, else its root cause: the
+        columns of the local table in `jaxlaunch status`."""
+        status = self.status()
+        seconds = (status.ended or time.time()) - status.started if status.started else None
+        try:
+            result = json.loads(self.run.result_file.read_text())
+        except (OSError, ValueError):
+            result = NO_RESULT
+        failure = self.failure() if result is NO_RESULT else None
+        return JobInfo(self.id, self.backend, self.state(), self.run_dir, seconds=seconds, result=result,
+                       failure=failure["summary"] if failure else "")
 
     def state(self) -> JobState:
         status = self.status()
@@ -204,6 +212,7 @@ class LocalJob(Job):
 class LocalBackend(Backend):
     name = "local"
     drill_faults = FAULTS_HERE
+    info_fields = ("seconds", "result")
 
     def inject_fault(self, fault, job_id, run_dir, rank, processes_per_node):
         """On this machine: the rank signalled, or SIGUSR2 to `jaxlaunch run` (the supervisor)."""
@@ -329,18 +338,12 @@ class LocalBackend(Backend):
         """The newest local runs under runs/ (no sweeps: their tasks are one folder deeper)."""
         return [], self.recent()
 
-    def status_rows(self, jobs):
-        """LOCAL RUN, STATE, DURATION, RESULT."""
-        from .status import HEADERS, local_run_row
-
-        return StatusRows(HEADERS, [local_run_row(job) for job in jobs], list(jobs))
-
     def placement(self, spec):
         return launch.placement(spec)
 
     def check_fit(self, spec):
         """This machine: a GPU (and JAX's CUDA plugin) for `platform: gpu`; more processes than cores."""
-        return launch.problems_here(spec), [w for w in [launch.oversubscribed(spec)] if w]
+        return Fit(launch.problems_here(spec), [w for w in [launch.oversubscribed(spec)] if w])
 
     def container_command(self, spec, run_dir, workdir) -> str:
         return launch.container_command(spec, Path(run_dir), Path(workdir))

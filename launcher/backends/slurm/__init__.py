@@ -19,7 +19,6 @@ tests/unit/test_layout.py checks that nothing imports the modules below from out
   batch.py         `python -m launcher.backends.slurm.batch`: the supervisor a batch script runs
   requeue.py       a preempted or cancelled job: classify the notice, count requeues, requeue
   nodes.py         the allocation's nodes: lost nodes, the health check
-  srun.py          what srun says when tasks end badly (read for the root cause)
 """
 
 from .backend import SlurmBackend

@@ -13,7 +13,8 @@ from ...errors import SchedulerError
 from ...states import NODE_CAUSE_WORDS, Cause, JobState
 from ...supervisor import root_cause
 from ...supervisor.allocation import Allocation
-from . import fit, nodes, requeue, scheduler, spares, srun
+from ...launchers import srun
+from . import fit, nodes, requeue, scheduler, spares
 
 
 class SlurmAllocation(Allocation):
@@ -62,37 +63,37 @@ class SlurmAllocation(Allocation):
 
     # --- spare nodes (slurm.spare_nodes; spares.py) -------------------------------------------
 
-    def launch_command(self, argv, spec=None, run=None):
-        if spec is None:  # the supervisor's call; tests/unit/test_spare_nodes.py still asks an unbound allocation
-            spec, run = self.spec, self.run
+    def launch_command(self, argv):
+        spec = self.spec
         allocated = nodes.allocated_nodes()
         if not spec.slurm.spare_nodes or len(allocated) <= spec.nodes:
             return argv
-        self.in_use = spares.chosen(allocated, run.status().replaced_nodes or {}, spec.nodes)
+        self.in_use = spares.chosen(allocated, self.run.status().replaced_nodes or {}, spec.nodes)
         if self.in_use is None:  # too few usable nodes (swap_in_spares said so first): launch as rendered
             return argv
         return spares.pin(argv, self.in_use, spec.processes_per_node)
 
-    def _left_out(self, run, bad, allocated) -> dict[str, str]:
+    def _left_out(self, bad, allocated) -> dict[str, str]:
         """{node: why} of the allocation's nodes no attempt may use: replaced before, `bad`, and
         the ones in a bad state now (a spare can fail while idle)."""
         down = nodes.lost_nodes(requeue.job_record(self.job_id), allocated) if allocated else {}
-        return {**(run.status().replaced_nodes or {}), **down, **bad}
+        return {**(self.run.status().replaced_nodes or {}), **down, **bad}
 
-    def can_swap_in_spares(self, spec, run, bad=()) -> bool:
-        if not spec.slurm.spare_nodes:
+    def can_swap_in_spares(self, bad=()) -> bool:
+        if not self.spec.slurm.spare_nodes:
             return False
         allocated = nodes.allocated_nodes()
-        left_out = self._left_out(run, {node: "" for node in bad}, allocated)
-        return spares.chosen(allocated, left_out, spec.nodes) is not None
+        left_out = self._left_out({node: "" for node in bad}, allocated)
+        return spares.chosen(allocated, left_out, self.spec.nodes) is not None
 
-    def swap_in_spares(self, bad, cause, attempt, run, spec, echo) -> bool:
+    def swap_in_spares(self, bad, cause, attempt) -> bool:
+        spec, run, echo = self.spec, self.run, self.echo
         if not spec.slurm.spare_nodes:
             return False
         allocated = nodes.allocated_nodes()
         status = run.status()
         before = self.in_use or spares.chosen(allocated, status.replaced_nodes or {}, spec.nodes) or []
-        left_out = self._left_out(run, bad, allocated)
+        left_out = self._left_out(bad, allocated)
         after = spares.chosen(allocated, left_out, spec.nodes)
         listing = "; ".join(f"{node}: {why}" for node, why in sorted(bad.items()))
         if after is None:
@@ -111,22 +112,22 @@ class SlurmAllocation(Allocation):
              f"requeue ({left} spare node{'' if left == 1 else 's'} left)")
         return True
 
-    def can_leave_nodes_behind(self, spec, run, bad=()) -> bool:
+    def can_leave_nodes_behind(self, bad=()) -> bool:
         """Requeues are left, and the job's partition keeps enough nodes without the excluded ones
         and `bad`: otherwise the requeued job would wait in the queue for good."""
-        status = run.status()
-        if status.requeues >= spec.slurm.max_requeues:
+        status = self.run.status()
+        if status.requeues >= self.spec.slurm.max_requeues:
             return False
-        left = self._nodes_left_without(run, spec, bad)
-        return left is not None and left[1] >= self._nodes_wanted(spec)
+        left = self._nodes_left_without(bad)
+        return left is not None and left[1] >= self._nodes_wanted()
 
-    def _nodes_wanted(self, spec) -> int:
-        return spec.nodes + spec.slurm.spare_nodes
+    def _nodes_wanted(self) -> int:
+        return self.spec.nodes + self.spec.slurm.spare_nodes
 
-    def _nodes_left_without(self, run, spec, bad) -> tuple[str, int] | None:
+    def _nodes_left_without(self, bad) -> tuple[str, int] | None:
         """(the job's partition, how many of its nodes are neither excluded, nor replaced, nor in `bad`);
         None when Slurm cannot tell."""
-        status = run.status()
+        status = self.run.status()
         partition = requeue.job_record(self.job_id).get("Partition")
         try:
             _, node_records = fit.read_cluster()
@@ -138,9 +139,10 @@ class SlurmAllocation(Allocation):
         gone = set(status.excluded_nodes or []) | set(status.replaced_nodes or {}) | set(bad)
         return partition, len(usable - gone)
 
-    def leave_nodes_behind(self, bad, cause, failure, attempt, run, spec, echo):
+    def leave_nodes_behind(self, bad, cause, failure, attempt):
         """Requeue the job without `bad` nodes (node: why): REQUEUED, or FAILED once
         slurm.max_requeues requeues are spent."""
+        spec, run, echo = self.spec, self.run, self.echo
         status = run.status()
         # Nodes replaced by spares earlier are bad too: the next allocation must not hold them.
         excluded = sorted(set(status.excluded_nodes or []) | set(status.replaced_nodes or {}) | set(bad))
@@ -155,11 +157,11 @@ class SlurmAllocation(Allocation):
                         f"spent; excluded so far: {', '.join(excluded)}",
                 fix="ask the cluster's admins about these nodes; resubmit (with --exclude) or raise slurm.max_requeues")
             return JobState.FAILED, failure
-        left = self._nodes_left_without(run, spec, bad)
-        if left is not None and left[1] < self._nodes_wanted(spec):
+        left = self._nodes_left_without(bad)
+        if left is not None and left[1] < self._nodes_wanted():
             # Requeued without them, the job would wait in the queue for good (nothing says so there).
             partition, count = left
-            wanted = self._nodes_wanted(spec)
+            wanted = self._nodes_wanted()
             failure = root_cause.scheduler_failure(
                 reason=cause, attempt=attempt,
                 summary=f"node(s) {what} ({listing}); without them and the nodes excluded before "

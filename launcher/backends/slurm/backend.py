@@ -16,7 +16,7 @@ from .submission import submit_job
 from .watcher import SlurmWatcher, shared_watcher
 from ...spec import JobSpec
 from ...states import JobState
-from ..base import Backend, Job
+from ..base import Backend, Fit, Job, UnknownJobsError
 from ..faults import HERE as FAULTS_HERE
 
 
@@ -25,6 +25,8 @@ class SlurmBackend(Backend):
     id_name = "a Slurm job id"
     id_example = "a number, e.g. 12345, or 123_4 for an array task"
     drill_faults = (*FAULTS_HERE, "node")  # slurm/faults.py: as Slurm delivers them, and a node set DOWN
+    scheduler_name = "Slurm"
+    info_fields = ("elapsed", "nodes")
 
     def __init__(self, watcher: SlurmWatcher | None = None):
         self.watcher = watcher or shared_watcher()
@@ -122,7 +124,7 @@ class SlurmBackend(Backend):
 
     def fill_run_dirs(self, jobs: list[SlurmJob]) -> None:
         """Run directories of jobs the index does not know but Slurm does, from ONE scontrol call."""
-        missing = [job for job in jobs if job.run is None and job.info() is not None]
+        missing = [job for job in jobs if job.run is None and job.slurm_record() is not None]
         if missing:
             found = self._run_dir_from_slurm([job.id for job in missing])
             for job in missing:
@@ -174,28 +176,18 @@ class SlurmBackend(Backend):
         sweeps, ids = split_sweeps(refs)
         return sweeps, self.find_many(ids)
 
-    def status_rows(self, jobs):
-        from .status import job_rows
+    def job_infos(self, jobs):
+        from .status import job_infos
 
-        return job_rows(self, jobs)
+        return job_infos(self, jobs)
 
     def sweep_states(self, directory):
         from .array_status import task_states
 
         return task_states(directory)
 
-    def not_asked_line(self, error: Exception) -> str:
-        if not isinstance(error, SchedulerError):
-            return super().not_asked_line(error)
-        from .status import listed_ids, not_asked_line, split_sweeps
-
-        sweeps, ids = split_sweeps(listed_ids(), skip_missing=True)
-        return not_asked_line([*(str(d.path) for d in sweeps), *ids], error)
-
-    def unknown_ids_message(self, ids: list[str]) -> str:
-        from .status import unknown_ids_message
-
-        return unknown_ids_message(ids)
+    def unknown_jobs(self, ids):
+        return UnknownJobsError(ids, self.name, self.scheduler_name, index.jobs_index(), "squeue --me")
 
     # --- jaxlaunch explain and doctor: explain.py, fit.py, doctor.py -----------------------------
 
@@ -208,18 +200,13 @@ class SlurmBackend(Backend):
         """Partitions, nodes, CPUs, GPUs, memory and time limit, from two scontrol calls."""
         from .fit import check_against_cluster
 
-        return check_against_cluster(spec)
+        return Fit(*check_against_cluster(spec), checked_against="the cluster")
 
     def requeue_policy(self, spec):
         """The cluster's expedited requeue and requeue delay (one `scontrol show config`), for a job that may requeue."""
         from .requeue_policy import read_policy
 
         return read_policy() if spec.slurm.max_requeues else None
-
-    def fit_verdict(self, problems, warnings):
-        from .explain import fit_verdict
-
-        return fit_verdict(problems, warnings)
 
     def container_command(self, spec, run_dir, workdir) -> str:
         from .explain import container_command

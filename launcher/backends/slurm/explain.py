@@ -1,6 +1,6 @@
 """`jaxlaunch explain --target slurm`: where a Slurm job's ranks run and what they see there, the
-command that starts one rank in the spec's container image, and the last word of the check
-against the cluster (fit.py does the check). Pure."""
+command that starts one rank in the spec's container image (fit.py checks the request against the
+cluster). Pure."""
 
 from __future__ import annotations
 
@@ -30,9 +30,3 @@ def container_command(spec: JobSpec, run_dir: Path, workdir: Path) -> str:
     if spec.slurm.launch == "srun":
         srun = pyxis_options(spec, run_dir, workdir, list(batch_environment(spec, run_dir)))
     return ("srun ... " if srun else "") + shlex.join([*srun, *program])
-
-
-def fit_verdict(problems: list[str], warnings: list[str]) -> str | None:
-    if problems:
-        return None
-    return "the request fits the cluster" if not warnings else "the request was not fully checked"

@@ -1,6 +1,7 @@
 """SlurmJob: the handle on one Slurm job (or array task) that jaxlaunch submitted: its state, from
 the run directory while the job's supervisor reports and from the watcher (watcher.py) otherwise,
-its logs, its cancel, and the requeue and spare-node lines of `jaxlaunch status`.
+its record for `jaxlaunch status` (records.JobInfo: squeue's pending reason, elapsed time, nodes,
+requeues and spare swaps), its logs and its cancel.
 """
 
 from __future__ import annotations
@@ -10,11 +11,11 @@ from pathlib import Path
 
 from ...errors import SchedulerError, UnknownJobError, UsageError
 from ...rundir import RunDirectory
-from . import index, scheduler, spares
+from . import index, scheduler
 from .index import sweep_dir_of
 from .watcher import SlurmWatcher, shared_watcher
 from ...states import CANCEL_EVENT, JobState
-from ..base import Job
+from ..base import Job, JobInfo, history_fields
 
 # A running job whose supervisor keeps status.json fresh: Slurm is asked this seldom (issue 45's
 # citizenship: 30 s per waiting client); the supervisor writes it at least every STILL_WRITE_SECONDS.
@@ -29,19 +30,18 @@ SUPERVISOR_FINAL_STATES = (JobState.COMPLETED, JobState.FAILED, JobState.TIMEOUT
 
 class SlurmJob(Job):
     backend = "slurm"
+    scheduler_name = "Slurm"
 
-    def no_run_dir_message(self) -> str:
-        """A Slurm job that jaxlaunch did not submit from this account has no run directory here."""
-        return (f"job {self.id} has no run directory that jaxlaunch knows: it was not submitted by jaxlaunch "
-                f"from this account (index: {index.jobs_index()}).\n  fix: name its run directory (RUN_DIR) instead "
-                f"of the id, if it has one.")
+    def records_index(self) -> Path:
+        """A Slurm job that jaxlaunch did not submit from this account is not in its index."""
+        return index.jobs_index()
 
     def __init__(self, job_id: str, run: RunDirectory | None, watcher: SlurmWatcher | None = None):
         super().__init__(job_id, run)
         self.watcher = watcher or shared_watcher()
         self.watcher.follow(job_id)
 
-    def info(self, max_age: float | None = None) -> scheduler.JobInfo | None:
+    def slurm_record(self, max_age: float | None = None) -> scheduler.SlurmRecord | None:
         """Slurm's view (state, elapsed, nodes, pending reason); None once Slurm forgot the job."""
         return self.watcher.info(self.id, max_age)
 
@@ -52,7 +52,7 @@ class SlurmJob(Job):
         # While the job's own supervisor says RUNNING and keeps writing status.json (every few s), the
         # run directory knows the state: Slurm is asked only every RUNNING_REFRESH, for a death the
         # supervisor cannot report (a node lost, the job's time limit). A 27 s job made 7 squeue calls.
-        info = self.info(max_age=RUNNING_REFRESH if self._supervisor_reports(status) else None)
+        info = self.slurm_record(max_age=RUNNING_REFRESH if self._supervisor_reports(status) else None)
         if info is None:  # Slurm forgot it (or never knew the id)
             return status.state if status.state.final else JobState.UNKNOWN
         state = JobState.parse(info.state)
@@ -74,25 +74,26 @@ class SlurmJob(Job):
 
     def exists(self) -> bool:
         """Known to the index (a run directory), else to Slurm (one batched query)."""
-        return self.run is not None or self.info() is not None
+        return self.run is not None or self.slurm_record() is not None
 
-    def describe_state(self, state: JobState) -> str:
-        """With squeue's reason while the job waits ('PENDING (Resources)'), when Slurm's last
-        answer is that state."""
-        info = self.watcher.last_known(self.id)
-        return info.describe_state() if info is not None and JobState.parse(info.state) == state else str(state)
+    def pending_reason(self) -> str:
+        """squeue's reason ('Resources'), when Slurm's last answer is that the job waits."""
+        record = self.watcher.last_known(self.id)
+        return record.pending_reason if record is not None else ""
 
-    def no_log_yet(self, rank: int | None = None) -> str | None:
-        path = self.log_path(rank)
-        if path.exists():
-            return None
-        return f"no log yet at {path}" + ("" if rank is None else f" (does rank {rank} exist?)")
-
-    def unknown_message(self) -> str:
-        where = f" (run directory: {self.run_dir})" if self.run is not None else ""
-        return (f"job {self.id} is not known to Slurm{where}: it ended and was purged before it was seen to "
-                f"finish, or the id is wrong.\n  fix: see `jaxlaunch logs {self.id}` and the run directory's "
-                f"status.json.")
+    def info(self) -> JobInfo:
+        """Slurm's view of the job (asked through the watcher) beside its run directory's. A job Slurm
+        has forgotten (MinJobAge) shows its run directory's last state; one with neither is a wrong id."""
+        record = self.slurm_record()
+        if record is None:
+            status = self.status()
+            return JobInfo(self.id, self.backend, status.state, self.run_dir, scheduler_knows=False,
+                           **history_fields(status))
+        state = self.state()
+        same = state == JobState.parse(record.state)  # else the supervisor knows better than Slurm
+        return JobInfo(self.id, self.backend, state, self.run_dir, reason=record.pending_reason if same else "",
+                       elapsed=record.elapsed, time_limit=record.limit, nodes=record.nodes,
+                       **history_fields(self.status()))
 
     def logs(self, rank: int | None = None) -> str:
         path = self.log_path(rank)
@@ -130,7 +131,7 @@ class SlurmJob(Job):
         at once, and mpirun then kills its ranks before they can answer. Then scancel, which
         releases the nodes (and ends a pending job). An id Slurm does not know is an error
         (scancel itself exits 0 for it)."""
-        info = self.info(max_age=0)
+        info = self.slurm_record(max_age=0)
         if info is None:
             raise UnknownJobError(f"job {self.id} is not known to Slurm: nothing to cancel.\n"
                                   f"  fix: check the id with `squeue --me` or `jaxlaunch status`.")
@@ -151,7 +152,7 @@ class SlurmJob(Job):
             scheduler.cancel(self.id)
         except SchedulerError:
             # Its supervisor ended it meanwhile (it scancels its own job after a cancel): fine.
-            now = self.info(max_age=0)
+            now = self.slurm_record(max_age=0)
             if now is not None and not now.finished:
                 raise
         self.watcher.forget(self.id)
@@ -169,32 +170,3 @@ class SlurmJob(Job):
         if sweep is None:
             return []
         return [run for task, run in sweep.task_runs() if task.get("job_id", "").startswith(f"{self.id}_")]
-
-    def status_notes(self) -> list[str]:
-        return [line for line in (self.requeue_line(), self.spare_line()) if line]
-
-    def spare_line(self) -> str | None:
-        """'spare nodes in use: node2 -> node3 (node failure)' once a spare took a node's place."""
-        swaps = self.status().spare_swaps or []
-        if not swaps:
-            return None
-        return (f"{_count(len(swaps), 'spare-node swap')} inside the allocation (no requeue): "
-                + "; ".join(spares.describe_swap(swap) for swap in swaps))
-
-    def requeue_line(self) -> str | None:
-        """'requeued 2 times: 1 preemption, 1 time limit' for a job that requeued itself, else None."""
-        status = self.status()
-        if not status.requeues:
-            return None
-        line = (f"requeued {_count(status.requeues, 'time')}: {_count(status.preemptions, 'preemption')}, "
-                f"{_count(status.timeouts, 'time limit')}")
-        if status.hang_requeues:
-            line += f", {_count(status.hang_requeues, 'hang')}"
-        if status.node_failures or status.excluded_nodes:
-            line += (f", {_count(status.node_failures, 'bad-node requeue')}; excluded nodes: "
-                     f"{', '.join(status.excluded_nodes or []) or 'none'}")
-        return line
-
-
-def _count(n: int, word: str) -> str:
-    return f"{n} {word}{'' if n == 1 else 's'}"

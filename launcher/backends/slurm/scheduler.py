@@ -20,6 +20,7 @@ from pathlib import Path
 
 from ...errors import SchedulerError
 from ...states import JobState
+from ..records import SchedulerUnreachable
 
 COMMAND_TIMEOUT = 60
 
@@ -42,14 +43,14 @@ def where_configured(env=None) -> str:
     return f"SLURM_CONF={conf}" if conf else "SLURM_CONF is unset, so /etc/slurm/slurm.conf or DNS SRV"
 
 
-class SlurmUnreachable(SchedulerError):
+class SlurmUnreachable(SchedulerUnreachable):
     """Slurm cannot be asked from here: its commands are missing, it has no configuration, or its
     controller does not answer. `why` is one line, `fix` what to do. Exit code 2 when this machine
     is not set up for Slurm (the fix is the user's); 1 when a configured controller does not answer."""
 
     def __init__(self, argv, returncode, stderr, why: str, fix: str, exit_code: int = 2):
-        super().__init__(argv, returncode, "", stderr)
-        self.why, self.fix, self.exit_code = why, fix, exit_code
+        super().__init__(argv, returncode, "", stderr, why, fix)
+        self.exit_code = exit_code
         self.args = (f"Slurm could not be asked: {why}.\n  fix: {fix}.",)
 
 
@@ -124,7 +125,9 @@ def parse_job_id(sbatch_output: str) -> str:
 
 
 @dataclass(frozen=True)
-class JobInfo:
+class SlurmRecord:
+    """What squeue, scontrol or sacct said of one job (SlurmJob.info makes the seam's JobInfo from it)."""
+
     job_id: str
     slurm_state: str
     state: str
@@ -136,18 +139,23 @@ class JobInfo:
     reason: str = ""       # why it is pending (squeue's %r: Resources, Priority, PartitionTimeLimit...)
     time_limit: str = ""   # Slurm's limit for it (%l), to read `elapsed` against
 
+    @property
+    def pending_reason(self) -> str:
+        """squeue's reason while the job waits, '' otherwise (Slurm says 'None' for none)."""
+        return self.reason if self.state == JobState.PENDING and self.reason != "None" else ""
+
+    @property
+    def limit(self) -> str:
+        """The time limit, '' for none."""
+        return "" if self.time_limit in ("UNLIMITED", "INVALID", "NOT_SET") else self.time_limit
+
+    # The words of `jaxlaunch status`'s cells are launcher/cli/job_views.py's; these two say the
+    # same for tests of this record alone (tests/unit/test_scheduler_units.py).
     def describe_state(self) -> str:
-        """'PENDING (Resources)': the state, with squeue's reason while the job waits."""
-        if self.state == JobState.PENDING and self.reason and self.reason != "None":
-            return f"{self.state} ({self.reason})"
-        return self.state
+        return f"{self.state} ({self.pending_reason})" if self.pending_reason else self.state
 
     def describe_elapsed(self) -> str:
-        """'0:42/1:00:00': elapsed against the time limit, when Slurm gave one (one word: tables
-        and scripts split rows on whitespace)."""
-        if self.time_limit and self.time_limit not in ("UNLIMITED", "INVALID", "NOT_SET"):
-            return f"{self.elapsed}/{self.time_limit}"
-        return self.elapsed
+        return f"{self.elapsed}/{self.limit}" if self.limit else self.elapsed
 
 
 def submit(script_path: str) -> str:
@@ -159,7 +167,7 @@ def cancel(job_id: str) -> None:
     call_slurm(["scancel", str(job_id)])
 
 
-def _squeue_infos(job_ids: list[str]) -> dict[str, JobInfo]:
+def _squeue_infos(job_ids: list[str]) -> dict[str, SlurmRecord]:
     """Every job (or array task) in `job_ids` that squeue still lists, from ONE squeue call. An
     array's own id stands for its tasks: running while any task runs or waits."""
     try:
@@ -180,7 +188,7 @@ def _squeue_infos(job_ids: list[str]) -> dict[str, JobInfo]:
 
     def info(job_id, fields, source):
         state, finished = translate_state(fields[1])
-        return JobInfo(job_id, fields[1], state, finished, fields[2], fields[3], source,
+        return SlurmRecord(job_id, fields[1], state, finished, fields[2], fields[3], source,
                        reason=fields[4], time_limit=fields[5])
 
     found = {}
@@ -203,7 +211,7 @@ def parse_scontrol_record(text: str) -> dict[str, str]:
     return fields
 
 
-def _scontrol_infos(job_ids: list[str]) -> dict[str, JobInfo]:
+def _scontrol_infos(job_ids: list[str]) -> dict[str, SlurmRecord]:
     """Jobs squeue no longer lists but the controller still holds, from ONE `scontrol show job`
     (of the one job, or of every job when several are asked for). An array task is found by its
     own JobId or as ArrayJobId_ArrayTaskId."""
@@ -220,12 +228,12 @@ def _scontrol_infos(job_ids: list[str]) -> dict[str, JobInfo]:
         for name in (record.get("JobId"), f"{record.get('ArrayJobId')}_{record.get('ArrayTaskId')}"):
             if name in wanted and name not in found:
                 state, finished = translate_state(record.get("JobState", ""))
-                found[name] = JobInfo(name, record.get("JobState", ""), state, finished, record.get("RunTime", ""),
+                found[name] = SlurmRecord(name, record.get("JobState", ""), state, finished, record.get("RunTime", ""),
                                       record.get("NumNodes", ""), "scontrol", record.get("ExitCode", ""))
     return found
 
 
-def _sacct_infos(job_ids: list[str]) -> dict[str, JobInfo]:
+def _sacct_infos(job_ids: list[str]) -> dict[str, SlurmRecord]:
     """Jobs the controller forgot, from ONE sacct call (nothing without an accounting database)."""
     try:
         out = call_slurm(["sacct", "--noheader", "--parsable2", "--jobs", ",".join(job_ids),
@@ -237,16 +245,16 @@ def _sacct_infos(job_ids: list[str]) -> dict[str, JobInfo]:
         fields = line.split("|")
         if len(fields) == 5 and fields[0] in wanted:
             state, finished = translate_state(fields[1])
-            found[fields[0]] = JobInfo(fields[0], fields[1], state, finished, fields[2], fields[3], "sacct", fields[4])
+            found[fields[0]] = SlurmRecord(fields[0], fields[1], state, finished, fields[2], fields[3], "sacct", fields[4])
     return found
 
 
-def query_jobs(job_ids) -> dict[str, JobInfo]:
+def query_jobs(job_ids) -> dict[str, SlurmRecord]:
     """The state of every job in `job_ids` in at most three scheduler calls, however many ids:
     squeue for those it lists, then scontrol (recently finished), then sacct (if Slurm keeps a
     database). Ids no command knows are absent from the answer."""
     job_ids = list(dict.fromkeys(str(j) for j in job_ids))
-    found: dict[str, JobInfo] = {}
+    found: dict[str, SlurmRecord] = {}
     for source in (_squeue_infos, _scontrol_infos, _sacct_infos):
         missing = [j for j in job_ids if j not in found]
         if not missing:
@@ -255,6 +263,6 @@ def query_jobs(job_ids) -> dict[str, JobInfo]:
     return found
 
 
-def query_job(job_id: str) -> JobInfo | None:
+def query_job(job_id: str) -> SlurmRecord | None:
     """One job's state (see query_jobs)."""
     return query_jobs([job_id]).get(str(job_id))

@@ -16,11 +16,6 @@ from __future__ import annotations
 
 import os
 
-from ...states import Cause
-
-# A swap's cause, in status's line (`node3 -> node5 (node failure)`).
-SWAP_WORDS = {Cause.NODE_FAILURE: "node failure", Cause.HEALTH_CHECK: "failed the health check",
-              Cause.HANG: "held up a hang"}
 
 
 def usable(allocated: list[str], left_out) -> list[str]:
@@ -49,9 +44,3 @@ def pin(argv: list[str], nodes: list[str], processes_per_node: int) -> list[str]
         return [argv[0], "--host", ",".join(f"{node}:{processes_per_node}" for node in nodes), *argv[1:]]
     return argv
 
-
-def describe_swap(swap: dict) -> str:
-    """'node3 -> node5 (node failure)' for one swap of status.json's spare_swaps."""
-    cause = SWAP_WORDS.get(swap.get("cause"), swap.get("cause") or "")
-    pairs = ", ".join(f"{old} -> {new}" for old, new in zip(swap.get("nodes", []), swap.get("spares", [])))
-    return f"{pairs} ({cause})" if pairs else f"{', '.join(swap.get('nodes', []))} ({cause})"

@@ -24,7 +24,7 @@ class SlurmWatcher:
     def __init__(self):
         self._lock = threading.Lock()
         self._followed: set[str] = set()
-        self._infos: dict[str, scheduler.JobInfo | None] = {}
+        self._infos: dict[str, scheduler.SlurmRecord | None] = {}
         self._last_refresh = float("-inf")
         self.interval = MIN_REFRESH
 
@@ -52,7 +52,7 @@ class SlurmWatcher:
         self.interval = MIN_REFRESH if changed else min(self.interval * BACKOFF, MAX_REFRESH)
         self._last_refresh = time.monotonic()
 
-    def info(self, job_id: str, max_age: float | None = None) -> scheduler.JobInfo | None:
+    def info(self, job_id: str, max_age: float | None = None) -> scheduler.SlurmRecord | None:
         """Slurm's view of `job_id`: asked now if it was never asked, if the refresh interval (or
         `max_age`) has passed, else what the last refresh said. None when Slurm does not know it."""
         with self._lock:
@@ -65,7 +65,7 @@ class SlurmWatcher:
                 self._refresh()
             return self._infos.get(job_id)
 
-    def last_known(self, job_id: str) -> scheduler.JobInfo | None:
+    def last_known(self, job_id: str) -> scheduler.SlurmRecord | None:
         """What the last refresh said of `job_id` (None if never asked, or unknown); no I/O."""
         with self._lock:
             return self._infos.get(job_id)

@@ -207,7 +207,7 @@ def _staging_buffer(group) -> np.ndarray:
     call cost a page fault per 4 KiB whenever malloc had handed the last one back to the kernel: a
     100-leaf 4 MiB tree kept across calls took 3.8-4.3 ms instead of 1.4-1.7 ms in half of the 2-rank
     runs under a plain mpirun. jaxlaunch's ranks escape that through the malloc settings of
-    launch.RANK_ENV_DEFAULTS; this holds without them too (a spec whose env sets GLIBC_TUNABLES for
+    launchers/rank_start.py: RANK_ENV_DEFAULTS; this holds without them too (a spec whose env sets GLIBC_TUNABLES for
     something else, a script under its own mpirun)."""
     key = (group.wire, group.size)
     _release_dead_buffers()
