@@ -32,12 +32,14 @@ def submit(spec, overrides, program_args, sweeps, max_parallel, run_dir, dry_run
     from ..backends import get_backend
 
     backend, job = get_backend(backend_name), job_or_sweep(spec, overrides, sweeps, max_parallel, program_args)
-    if dry_run:
-        click.echo(backend.plan(job, run_dir, max_parallel).describe(), nl=False, color=True)
-    elif is_sweep(job):
+    if is_sweep(job) and not dry_run:
         _submit_sweep(backend, job, max_parallel, run_dir, wait, parsable, no_check)
+        return
+    plan = backend.plan(job, run_dir, max_parallel)  # what --dry-run shows is what is started
+    if dry_run:
+        click.echo(plan.describe(), nl=False, color=True)
     else:
-        handle = backend.start(job, run_dir, check=not no_check)
+        handle = backend.start_plan(plan, check=not no_check)
         for warning in handle.warnings:
             progress(f"warning: {warning}")
         # With --wait, stdout is for the result, as with `run`; the job id goes to stderr with the progress.
