@@ -48,13 +48,19 @@ def test_a_preempted_batch_job_requeues_itself_and_the_requeued_job_starts_at_ze
     assert not any(e["event"] == "requeued_by_slurm" for e in run.read_events())
 
 
-@pytest.mark.parametrize("requeues, max_requeues", [(0, 0), (1, 1), (3, 3)])
-def test_a_notice_once_max_requeues_are_spent_ends_the_job_failed(fake_launcher, tmp_path, slurm, monkeypatch,
-                                                                    requeues, max_requeues):
+def notice_after_requeues(fake_launcher, tmp_path, monkeypatch, requeues, max_requeues):
+    """A batch job Slurm has requeued `requeues` times (preemptions), started again and given a
+    preemption notice: its run directory and the supervisor's outcome."""
     spec, run = make_run(tmp_path, max_requeues=max_requeues)
     run.update_status(state="REQUEUED", attempts=requeues, requeues=requeues, preemptions=requeues)
     monkeypatch.setenv(requeue.RESTART_COUNT_ENV, str(requeues))
-    outcome = supervisor(fake_launcher, spec, run, "stop", allocation=SlurmAllocation("7"), resume=True).supervise()
+    return run, supervisor(fake_launcher, spec, run, "stop", allocation=SlurmAllocation("7"), resume=True).supervise()
+
+
+@pytest.mark.parametrize("requeues, max_requeues", [(0, 0), (1, 1), (3, 3)])
+def test_a_notice_once_max_requeues_are_spent_ends_the_job_failed(fake_launcher, tmp_path, slurm, monkeypatch,
+                                                                    requeues, max_requeues):
+    run, outcome = notice_after_requeues(fake_launcher, tmp_path, monkeypatch, requeues, max_requeues)
     assert (outcome.state, outcome.exit_code) == ("FAILED", 1)
     assert slurm.requeued == []
     failure = json.loads(run.failure_file.read_text())
@@ -68,10 +74,7 @@ def test_a_notice_once_max_requeues_are_spent_ends_the_job_failed(fake_launcher,
 @pytest.mark.parametrize("requeues, max_requeues", [(0, 1), (2, 3)])
 def test_a_notice_before_max_requeues_are_spent_requeues(fake_launcher, tmp_path, slurm, monkeypatch,
                                                          requeues, max_requeues):
-    spec, run = make_run(tmp_path, max_requeues=max_requeues)
-    run.update_status(state="REQUEUED", attempts=requeues, requeues=requeues, preemptions=requeues)
-    monkeypatch.setenv(requeue.RESTART_COUNT_ENV, str(requeues))
-    outcome = supervisor(fake_launcher, spec, run, "stop", allocation=SlurmAllocation("7"), resume=True).supervise()
+    run, outcome = notice_after_requeues(fake_launcher, tmp_path, monkeypatch, requeues, max_requeues)
     assert (outcome.state, outcome.exit_code) == ("REQUEUED", 0)
     assert slurm.requeued == ["7"]
     assert status(run)["requeues"] == requeues + 1 and status(run)["preemptions"] == requeues + 1
