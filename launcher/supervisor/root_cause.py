@@ -30,6 +30,23 @@ VANISHED = ("vanished without a trace before the job ended: os._exit(), SIGKILL 
             "killer), or main returned while the others still ran")
 
 
+# The signals a launcher's teardown sends (srun --kill-on-bad-exit, mpirun): a task killed by one
+# may only have been ended because another failed. Also the out-of-memory killer's SIGKILL.
+TEARDOWN_SIGNALS = ("SIGKILL", "SIGTERM")
+
+
+def _likely_a_victim(report: dict) -> int:
+    """How likely a rank the launcher reported was ended by another's failure, for the order of
+    reports no rank recorded itself (srun names every task, and not always the cause first):
+    0, a crash signal (SIGSEGV...) or an exit code of the program's own; 1, a teardown signal,
+    which is also the out-of-memory killer's; 2, exit code 14 with no signal: its MPI library
+    aborted with MPI_ERR_UNKNOWN, what Open MPI does when a peer's connection drops ("An error
+    occurred in Socket closed ... Unknown error")."""
+    if report.get("signal") is None and report.get("exit_code") == MPI_ERR_UNKNOWN_EXIT:
+        return 2
+    return 1 if report.get("signal") in TEARDOWN_SIGNALS else 0
+
+
 def parse_launcher_messages(text: str, task_reports=None) -> tuple[list[dict], bool]:
     """(records, reports_every_task): every rank the launcher reports as failed, in the order it
     reported them. mpirun's messages (launcher/launchers/mpirun.py) name only the rank that brought
@@ -115,11 +132,7 @@ def build_failure(*, state: str, reason: str, num_processes: int, rank_errors: l
         failed[rank] = {"rank": rank, "host": started_ranks[rank], "exit_code": 0, "signal": None,
                         "error": VANISHED, "time": seen_at - 1e-3,
                         "source": "launcher"}
-    # Exit code 14 with no record of the rank's own: its MPI library aborted with MPI_ERR_UNKNOWN,
-    # what Open MPI does when a peer's connection drops ("An error occurred in Socket closed ...
-    # Unknown error"). A victim: srun may report it before the signal that killed the peer.
-    launcher_only = sorted((r for r in launcher_reports if r["rank"] not in failed),
-                           key=lambda r: r.get("exit_code") == MPI_ERR_UNKNOWN_EXIT and r.get("signal") is None)
+    launcher_only = sorted((r for r in launcher_reports if r["rank"] not in failed), key=_likely_a_victim)
     if not failed and launcher_only:
         failed[launcher_only[0]["rank"]] = {**launcher_only[0], "time": seen_at}
     for record in launcher_reports:  # the launcher may know the exit code or signal of a rank's own failure

@@ -1,5 +1,7 @@
 """failure.json from what mpirun and srun really print (texts captured on the local cluster)."""
 
+import pytest
+
 from launcher.launchers import srun
 from launcher.supervisor import root_cause
 
@@ -113,6 +115,41 @@ def test_srun_reports_the_mpi_abort_of_the_victim_before_the_killed_peer():
     failure = build(reports, every)
     assert failure["first_failure"]["rank"] == 1 and failure["first_failure"]["signal"] == "SIGKILL"
     assert failure["torn_down_ranks"] == [0]
+
+
+SRUN_TEARDOWN_KILL_FIRST = """srun: Job step aborted: Waiting up to 4 seconds for job step to finish.
+slurmstepd-node1: error: *** STEP 21.0 ON node1 CANCELLED AT 2026-11-27T17:02:11 ***
+srun: error: node1: task 0: Killed
+srun: launch/slurm: _step_signal: Terminating StepId=21.0
+srun: error: node2: task 1: Segmentation fault (core dumped)"""
+
+
+def test_srun_names_the_teardowns_kill_before_the_segfault_that_caused_it():
+    """CI (2026-11-27), Slurm, srun mode: rank 1 segfaulted; srun's teardown (--kill-on-bad-exit)
+    killed rank 0 and srun said so first. The crash is the cause, the SIGKILL the teardown."""
+    reports, every = root_cause.parse_launcher_messages(SRUN_TEARDOWN_KILL_FIRST, srun.task_reports)
+    assert [r["rank"] for r in reports] == [0, 1] and every
+    failure = build(reports, every)
+    assert failure["first_failure"]["rank"] == 1 and failure["first_failure"]["signal"] == "SIGSEGV"
+    assert failure["summary"] == "rank 1 on node2 failed first: killed by SIGSEGV"
+    assert failure["torn_down_ranks"] == [0]
+
+
+@pytest.mark.parametrize("cause", ["Exited with exit code 3", "Aborted", "Bus error"])
+def test_an_exit_code_or_crash_of_the_programs_own_wins_over_a_teardown_signal(cause):
+    for victim in ("Killed", "Terminated"):
+        text = f"srun: error: node1: task 0: {victim}\nsrun: error: node2: task 1: {cause}"
+        reports, every = root_cause.parse_launcher_messages(text, srun.task_reports)
+        assert build(reports, every)["first_failure"]["rank"] == 1, (victim, cause)
+
+
+def test_a_kill_alone_is_the_cause_and_the_first_of_two_kills_wins():
+    """The out-of-memory killer's SIGKILL, with only MPI's abort or another kill beside it."""
+    for text, first in [("srun: error: node1: task 0: Exited with exit code 14\nsrun: error: node2: task 1: Killed", 1),
+                        ("srun: error: node2: task 1: Killed\nsrun: error: node1: task 0: Killed", 1),
+                        ("srun: error: node1: task 0: Killed\nsrun: error: node2: task 1: Terminated", 0)]:
+        reports, every = root_cause.parse_launcher_messages(text, srun.task_reports)
+        assert build(reports, every)["first_failure"]["rank"] == first, text
 
 
 def test_own_record_wins_and_launcher_reports_after_it_are_teardown():
