@@ -66,6 +66,21 @@ def wait_for_end(slurm_env: dict, job_id: str, timeout: float = 240) -> str:
     raise AssertionError(f"job {job_id} did not end within {timeout} s")
 
 
+def what_happened(run_dir: Path, lines: int = 40) -> str:
+    """For an assertion's message when a job ended otherwise than expected: failure.json's summary,
+    the end of the batch script's output (the supervisor's and every rank's lines) and the last
+    events."""
+    parts = []
+    failure = run_dir / "failure.json"
+    if failure.exists():
+        parts.append("failure.json: " + json.loads(failure.read_text()).get("summary", "?"))
+    for output in sorted(run_dir.glob("slurm-*.out")):
+        parts += [f"--- the end of {output.name}:", *output.read_text(errors="replace").splitlines()[-lines:]]
+    if (run_dir / "events.jsonl").exists():
+        parts += ["--- the last events:", *(run_dir / "events.jsonl").read_text().splitlines()[-10:]]
+    return "\n".join(parts) or f"{run_dir} holds no record"
+
+
 def events(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
 

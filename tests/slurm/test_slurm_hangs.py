@@ -7,6 +7,7 @@ import json
 import pytest
 
 from conftest import TEST_JOBS, jaxlaunch
+from preemption_helpers import what_happened
 from test_slurm_nodes import hostnames, job_record, submit, wait_for_end
 
 pytestmark = pytest.mark.slurm
@@ -20,7 +21,8 @@ def test_a_hang_requeues_the_job_without_the_culprits_node_and_it_completes(slur
     run_dir = tmp_path / "run"
     job_id = submit(slurm_env, SPEC, run_dir, *LAYOUT, "--set", "params.how=loader", "--set", "hang_timeout=5",
                     "--set", "slurm.max_requeues=1")
-    assert wait_for_end(slurm_env, job_id, timeout=300) == "COMPLETED"
+    state = wait_for_end(slurm_env, job_id, timeout=300)
+    assert state == "COMPLETED", what_happened(run_dir)
     status = json.loads((run_dir / "status.json").read_text())
     hang = json.loads((run_dir / "logs" / "attempt-0" / "failure.json").read_text())
     culprit = hang["hang"]["roll_call"]["culprits"][0]
@@ -50,7 +52,8 @@ def test_the_programs_own_hang_on_every_attempt_ends_after_the_second_with_one_n
     run_dir = tmp_path / "run"
     job_id = submit(slurm_env, SPEC, run_dir, *LAYOUT, "--set", "params.how=loader", "--set", "params.stall_attempt=-1",
                     "--set", "hang_timeout=5", "--set", "slurm.max_requeues=3")
-    assert wait_for_end(slurm_env, job_id, timeout=300) in ("TIMEOUT", "FAILED")
+    state = wait_for_end(slurm_env, job_id, timeout=300)
+    assert state in ("TIMEOUT", "FAILED"), what_happened(run_dir)
     status = json.loads((run_dir / "status.json").read_text())
     assert status["attempts"] == 2 and status["requeues"] == 1, status
     assert len(status["excluded_nodes"]) == 1, status

@@ -14,7 +14,7 @@ import pytest
 
 from conftest import EXAMPLES, TEST_JOBS, jaxlaunch
 from preemption_helpers import (TRAIN, TRAIN_SETTINGS, assert_same_training, events, load_result,
-                                wait_for_checkpoint, wait_for_end)
+                                wait_for_checkpoint, wait_for_end, what_happened)
 from supervision_helpers import assert_no_process_survives
 
 pytestmark = pytest.mark.slurm
@@ -60,7 +60,8 @@ def test_a_node_failed_mid_job_is_left_behind_and_the_job_completes(slurm_env, s
     first_nodes = hostnames(slurm_cluster, record["NodeList"])
     victim = next(node for node in first_nodes if node != record["BatchHost"])  # a rank's node, not ours
     with node_down(slurm_cluster, victim):
-        assert wait_for_end(slurm_env, job_id) == "COMPLETED"
+        state = wait_for_end(slurm_env, job_id)
+        assert state == "COMPLETED", what_happened(run_dir)
     assert_same_training(load_result(run_dir), reference)
     status = json.loads((run_dir / "status.json").read_text())
     assert status["excluded_nodes"] == [victim] and status["node_failures"] == 1 and status["requeues"] == 1
@@ -88,7 +89,8 @@ def test_a_node_failed_on_a_partition_with_no_node_to_spare_ends_the_job_instead
     record = job_record(slurm_cluster, job_id)
     victim = next(node for node in hostnames(slurm_cluster, record["NodeList"]) if node != record["BatchHost"])
     with node_down(slurm_cluster, victim):
-        assert wait_for_end(slurm_env, job_id) == "FAILED"
+        state = wait_for_end(slurm_env, job_id)
+        assert state == "FAILED", what_happened(run_dir)
     status = json.loads((run_dir / "status.json").read_text())
     assert status["requeues"] == 0 and job_record(slurm_cluster, job_id)["Restarts"] == "0"
     failure = json.loads((run_dir / "failure.json").read_text())
@@ -115,7 +117,8 @@ def test_a_node_failed_mid_job_is_replaced_by_a_spare_inside_the_allocation(slur
     assert any(arg in (f"--nodelist={','.join(ranks_on)}", ",".join(f"{n}:1" for n in ranks_on)) for arg in first)
     victim = next(node for node in ranks_on if node != record["BatchHost"])
     with node_down(slurm_cluster, victim):
-        assert wait_for_end(slurm_env, job_id) == "COMPLETED"
+        state = wait_for_end(slurm_env, job_id)
+        assert state == "COMPLETED", what_happened(run_dir)
     assert_same_training(load_result(run_dir), reference)
     final = job_record(slurm_cluster, job_id)
     assert final["Restarts"] == "0" and final["JobState"] == "COMPLETED"
@@ -143,7 +146,8 @@ def test_a_node_that_fails_the_health_check_is_excluded_before_the_ranks_start(s
              f'test "$(cat {marks}/bad 2>/dev/null)" != "$SLURMD_NODENAME"')
     job_id = submit(slurm_env, EXAMPLES / "normalize.yaml", run_dir, "--set", "nodes=2",
                     "--set", f"slurm.health_check={check}")
-    assert wait_for_end(slurm_env, job_id, timeout=180) == "COMPLETED"
+    state = wait_for_end(slurm_env, job_id, timeout=180)
+    assert state == "COMPLETED", what_happened(run_dir)
     bad = (marks / "bad").read_text().strip()
     status = json.loads((run_dir / "status.json").read_text())
     assert status["excluded_nodes"] == [bad] and status["node_failures"] == 1
@@ -168,7 +172,8 @@ def test_sixteen_ranks_on_eight_nodes_fail_fast_with_the_root_cause(slurm_env, t
         assert time.monotonic() < deadline, "rank 13 never got to fail"
         time.sleep(0.1)
     failed_at = ready.stat().st_mtime
-    assert wait_for_end(slurm_env, job_id, timeout=120) == "FAILED"
+    state = wait_for_end(slurm_env, job_id, timeout=120)
+    assert state == "FAILED", what_happened(run_dir)
     status = json.loads((run_dir / "status.json").read_text())
     assert status["ended"] - failed_at < 10, (status, failed_at)
     failure = json.loads((run_dir / "failure.json").read_text())
@@ -202,7 +207,8 @@ def test_sixteen_ranks_preempted_resume_bit_identically(slurm_env, tmp_path, six
     job_id = submit(slurm_env, TRAIN, run_dir, *TRAIN_SETTINGS, *SIXTEEN, "--set", f"slurm.launch={launch}")
     wait_for_checkpoint(run_dir, 20, timeout=300)
     subprocess.run(["scancel", "--batch", "--signal=USR2", job_id], env=slurm_env, check=True, timeout=30)
-    assert wait_for_end(slurm_env, job_id, timeout=600) == "COMPLETED"
+    state = wait_for_end(slurm_env, job_id, timeout=600)
+    assert state == "COMPLETED", what_happened(run_dir)
     assert_same_training(load_result(run_dir), sixteen_rank_reference)
     timeline = events(run_dir)
     stopped = next(e for e in timeline if e["event"] == "stopped")

@@ -19,7 +19,7 @@ import pytest
 
 from conftest import EXAMPLES, jaxlaunch
 from preemption_helpers import (TRAIN, TRAIN_SETTINGS, assert_same_training, events, load_result,
-                                wait_for_checkpoint, wait_for_end)
+                                wait_for_checkpoint, wait_for_end, what_happened)
 
 pytestmark = pytest.mark.slurm
 
@@ -62,7 +62,8 @@ def test_real_preemption_requeues_and_resumes_bit_identical(slurm_env, tmp_path,
     wait_for_checkpoint(run_dir, 20)
     preempted_at = time.time()
     preempt_with_urgent_job(slurm_env, tmp_path)
-    assert wait_for_end(slurm_env, job_id) == "COMPLETED"
+    state = wait_for_end(slurm_env, job_id)
+    assert state == "COMPLETED", what_happened(run_dir)
     assert_same_training(load_result(run_dir), reference)
     assert requeue_record(run_dir) == {"requeues": 1, "preemptions": 1, "timeouts": 0}
     timeline = events(run_dir)
@@ -93,7 +94,8 @@ def test_preempted_twice_resumes_twice_bit_identical(slurm_env, tmp_path, refere
     wait_for_restart(run_dir, 1)
     wait_for_checkpoint(run_dir, 40)
     preempt_with_urgent_job(slurm_env, tmp_path)
-    assert wait_for_end(slurm_env, job_id) == "COMPLETED"
+    state = wait_for_end(slurm_env, job_id)
+    assert state == "COMPLETED", what_happened(run_dir)
     assert_same_training(load_result(run_dir), reference)
     assert requeue_record(run_dir) == {"requeues": 2, "preemptions": 2, "timeouts": 0}
     timeline = events(run_dir)
@@ -114,7 +116,8 @@ def test_time_limit_notice_twice_requeues_twice(slurm_env, tmp_path, reference, 
     wait_for_restart(run_dir, 1)
     wait_for_checkpoint(run_dir, 40)
     scancel(slurm_env, "--batch", "--signal=USR2", job_id)
-    assert wait_for_end(slurm_env, job_id) == "COMPLETED"
+    state = wait_for_end(slurm_env, job_id)
+    assert state == "COMPLETED", what_happened(run_dir)
     assert_same_training(load_result(run_dir), reference)
     record = requeue_record(run_dir)
     assert record["requeues"] == 2 and record["preemptions"] + record["timeouts"] == 2
@@ -130,7 +133,8 @@ def test_usr2_to_the_steps_reaches_srun_ranks(slurm_env, tmp_path, reference):
     job_id = submit(slurm_env, run_dir, "srun")
     wait_for_checkpoint(run_dir, 20)
     scancel(slurm_env, "--signal=USR2", job_id)
-    assert wait_for_end(slurm_env, job_id) == "COMPLETED"
+    state = wait_for_end(slurm_env, job_id)
+    assert state == "COMPLETED", what_happened(run_dir)
     assert_same_training(load_result(run_dir), reference)
     stopped = next(e for e in events(run_dir) if e["event"] == "stopped")
     assert stopped["at_agreed_point"] and stopped["sources"] == ["SIGUSR2"]
@@ -145,7 +149,8 @@ def test_spent_requeues_end_the_job_failed_with_the_reason(slurm_env, tmp_path):
     wait_for_restart(run_dir, 1)
     wait_for_checkpoint(run_dir, 40)
     scancel(slurm_env, "--batch", "--signal=USR2", job_id)
-    assert wait_for_end(slurm_env, job_id) == "FAILED"
+    state = wait_for_end(slurm_env, job_id)
+    assert state == "FAILED", what_happened(run_dir)
     failure = json.loads((run_dir / "failure.json").read_text())
     assert failure["reason"] == "requeue_limit"
     assert "slurm.max_requeues=1 is spent; the latest checkpoint is step" in failure["summary"]
@@ -175,7 +180,8 @@ def test_a_global_mesh_job_checkpoints_its_sharded_weights_and_resumes_bit_ident
     files = {piece["file"] for leaf in step["leaves"] for piece in leaf["pieces"]}
     assert files == {"process-00000.data", "process-00001.data"}  # each process wrote its own shards
     scancel(slurm_env, "--batch", "--signal=USR2", job_id)
-    assert wait_for_end(slurm_env, job_id) == "COMPLETED"
+    state = wait_for_end(slurm_env, job_id)
+    assert state == "COMPLETED", what_happened(run_dir)
     resumed, uninterrupted = load_result(run_dir), load_result(tmp_path / "reference")
     assert resumed["attempt"] == 1 and resumed["matches_numpy"]
     assert resumed["losses"] == uninterrupted["losses"]
@@ -199,7 +205,8 @@ def test_a_cancel_ends_the_job_cancelled_and_never_requeues(slurm_env, tmp_path,
         scancel(slurm_env, job_id)
     else:
         assert jaxlaunch("cancel", job_id, env=slurm_env, timeout=60).stdout == f"cancelled job {job_id}\n"
-    assert wait_for_end(slurm_env, job_id, timeout=60) == "CANCELLED"
+    state = wait_for_end(slurm_env, job_id, timeout=60)
+    assert state == "CANCELLED", what_happened(run_dir)
     time.sleep(3)  # a requeue would show by now: Slurm makes the job PENDING again at once
     queue = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"], env=slurm_env, capture_output=True,
                            text=True, timeout=30).stdout.split()
