@@ -17,6 +17,7 @@ import pytest
 from launcher.backends.slurm import fit, requeue
 from launcher.environment import RUN_DIR_ENV
 from launcher.errors import SchedulerError
+from launcher.launchers.rank_variables import MPIRUN, PMIX_RANK
 from launcher.rundir import RunDirectory
 from launcher.spec import JobSpec
 from launcher.spec.model import SlurmSpec
@@ -53,7 +54,7 @@ def control_records(run_dir: Path, kind: str) -> dict[int, dict]:
 
 def rank_pid(run_dir: Path, rank: int) -> int:
     """The PID of `rank`, found by the run directory and the rank in its environment."""
-    for variable in ("OMPI_COMM_WORLD_RANK", "PMIX_RANK"):
+    for variable in (MPIRUN.rank, PMIX_RANK):  # mpirun's ranks, srun's (its PMIx sets PMIX_RANK)
         pids = [p for p in job_processes(run_dir, {variable: str(rank)})
                 if b"launcher.rank.bootstrap" in Path(f"/proc/{p}/cmdline").read_bytes()]
         if pids:

@@ -13,6 +13,7 @@ Pure functions, apart from finding mpirun and collecting doctor's probes."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import sys
@@ -62,6 +63,15 @@ def batch_mpirun_argv(mpirun: str, spec: JobSpec, is_root: bool, forwarded: list
     forward = [arg for name in forwarded for arg in ("-x", name)]
     return [mpirun, *mpirun_flags(spec.num_processes, is_root, oversubscribe=False),
             "--map-by", f"ppr:{spec.processes_per_node}:node", *forward, *program]
+
+
+def pin_hosts(argv: list[str], nodes: list[str], processes_per_node: int) -> list[str]:
+    """mpirun's argv with an attempt's nodes named (--host a:P,b:P): it would otherwise fill the
+    allocation's first nodes, a failed one too (spare nodes, backends/slurm/spares.py). Another
+    program's argv as it is."""
+    if not argv or os.path.basename(argv[0]) not in ("mpirun", "mpiexec", "prterun"):
+        return argv
+    return [argv[0], "--host", ",".join(f"{node}:{processes_per_node}" for node in nodes), *argv[1:]]
 
 
 # --- what it prints when a rank fails ----------------------------------------------------------

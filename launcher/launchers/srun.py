@@ -6,6 +6,7 @@ signal, the first one first."""
 
 from __future__ import annotations
 
+import os
 import re
 
 from ..spec import JobSpec
@@ -22,6 +23,16 @@ def srun_argv(spec: JobSpec, options: list[str], program: list[str]) -> list[str
     # --unbuffered: each task's output as it comes, not held until its newline (a progress bar)
     return ["srun", f"--mpi={spec.slurm.srun_mpi}", "--kill-on-bad-exit=1", "--unbuffered", f"--nodes={spec.nodes}",
             f"--ntasks-per-node={spec.processes_per_node}", *options, *program]
+
+
+def pin_nodelist(argv: list[str], nodes: list[str], processes_per_node: int) -> list[str]:
+    """srun's argv with an attempt's nodes named (--nodelist), for spare nodes
+    (backends/slurm/spares.py). --ntasks too: srun takes the batch job's SLURM_NTASKS (every node's
+    tasks, spares' too) from its environment and refuses a step of more tasks than its nodes hold.
+    Another program's argv as it is."""
+    if not argv or os.path.basename(argv[0]) != "srun":
+        return argv
+    return [argv[0], f"--nodelist={','.join(nodes)}", f"--ntasks={len(nodes) * processes_per_node}", *argv[1:]]
 
 
 TASK_LINE = re.compile(r"srun: error: (\S+): tasks? ([\d,\-]+): (.+?)(?: \(core dumped\))?$")

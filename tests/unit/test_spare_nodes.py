@@ -13,6 +13,7 @@ from launcher.backends.slurm.allocation import SlurmAllocation
 from launcher.backends.slurm.job import SlurmJob
 from launcher.backends.slurm.render import sbatch_directives
 from launcher.errors import UsageError
+from launcher.launchers import mpirun, srun
 from launcher.spec import JobSpec
 from launcher.spec.model import SlurmSpec
 from launcher.rundir import RunDirectory
@@ -25,11 +26,12 @@ def test_the_attempt_runs_on_the_first_usable_nodes_named_on_the_launchers_line(
     assert spares.chosen(allocated, {}, 3) == ["node1", "node2", "node3"]
     assert spares.chosen(allocated, {"node2": "down"}, 3) == ["node1", "node3", "node4"]  # node2's ranks move
     assert spares.chosen(allocated, ["node2", "node4"], 3) is None
-    assert spares.pin(["srun", "--mpi=pmix", "python"], ["node1", "node3"], 2) == \
+    assert srun.pin_nodelist(["srun", "--mpi=pmix", "python"], ["node1", "node3"], 2) == \
         ["srun", "--nodelist=node1,node3", "--ntasks=4", "--mpi=pmix", "python"]
-    assert spares.pin(["/venv/bin/mpirun", "-n", "4", "python"], ["node1", "node3"], 2) == \
+    assert mpirun.pin_hosts(["/venv/bin/mpirun", "-n", "4", "python"], ["node1", "node3"], 2) == \
         ["/venv/bin/mpirun", "--host", "node1:2,node3:2", "-n", "4", "python"]
-    assert spares.pin(["python", "fake.py"], ["node1"], 1) == ["python", "fake.py"]
+    for pin in (srun.pin_nodelist, mpirun.pin_hosts):
+        assert pin(["python", "fake.py"], ["node1"], 1) == ["python", "fake.py"]
 
 
 def test_spare_nodes_are_allocated_and_a_node_failure_does_not_end_the_job(tmp_path):
@@ -131,8 +133,10 @@ def test_without_spares_nothing_changes(fake_launcher, tmp_path, slurm, three_no
     allocation = SlurmAllocation("7").bind(spec, run)
     assert allocation.launch_command(["srun", "x"]) == ["srun", "x"]
     assert not allocation.can_swap_in_spares({"node2"})
-    allocation.bind(spec.replace(slurm=SlurmSpec(spare_nodes=1)), run)
+    allocation.bind(spec.replace(slurm=SlurmSpec(spare_nodes=1, launch="srun")), run)
     assert allocation.launch_command(["srun", "x"]) == ["srun", "--nodelist=node1,node2", "--ntasks=2", "x"]
+    allocation.bind(spec.replace(slurm=SlurmSpec(spare_nodes=1, launch="mpirun")), run)
+    assert allocation.launch_command(["mpirun", "x"]) == ["mpirun", "--host", "node1:1,node2:1", "x"]
     assert allocation.can_swap_in_spares({"node2"})
     three_nodes["node3"] = "State=DOWN"  # the spare itself failed while idle
     assert not allocation.can_swap_in_spares({"node2"})

@@ -13,7 +13,7 @@ from ...errors import SchedulerError
 from ...states import NODE_CAUSE_WORDS, Cause, JobState
 from ...supervisor import root_cause
 from ...supervisor.allocation import Allocation
-from ...launchers import srun
+from ...launchers import mpirun, srun
 from . import fit, nodes, requeue, scheduler, spares
 
 
@@ -71,7 +71,8 @@ class SlurmAllocation(Allocation):
         self.in_use = spares.chosen(allocated, self.run.status().replaced_nodes or {}, spec.nodes)
         if self.in_use is None:  # too few usable nodes (swap_in_spares said so first): launch as rendered
             return argv
-        return spares.pin(argv, self.in_use, spec.processes_per_node)
+        pin = srun.pin_nodelist if spec.slurm.launch == "srun" else mpirun.pin_hosts
+        return pin(argv, self.in_use, spec.processes_per_node)
 
     def _left_out(self, bad, allocated) -> dict[str, str]:
         """{node: why} of the allocation's nodes no attempt may use: replaced before, `bad`, and
