@@ -195,6 +195,26 @@ def binding_beyond_node(visible: str | None, local_rank: int, device_files: list
             f"more GPUs per node than it has")
 
 
+def gpus_short_here(processes_per_node: int, devices_per_process: int, visible: str | None,
+                    device_files: list[str] | None = None) -> str | None:
+    """Why a local run's ranks would be bound past this machine's GPUs (each takes its local rank's
+    slice: visible_gpus), for `explain` before any rank starts; None when they fit, or when this
+    machine has no GPU (missing_for_gpu says so) or names its GPUs by UUID."""
+    import glob
+
+    if device_files is None:
+        device_files = glob.glob("/dev/nvidia[0-9]*")
+    ids = [x.strip() for x in (visible or "").split(",") if x.strip()]
+    have = len(ids) if ids else len(device_files)
+    need = processes_per_node * devices_per_process
+    if not device_files or need <= have or (ids and not all(x.isdigit() for x in ids)):
+        return None
+    where = f"CUDA_VISIBLE_DEVICES={visible} lists" if ids else "this machine has"
+    return (f"processes_per_node x devices_per_process = {processes_per_node} x {devices_per_process} binds "
+            f"{need} GPUs per node, but {where} {have}: local rank {have // devices_per_process} and later "
+            f"would be bound to a GPU that is not there")
+
+
 BINDING_FIX = "lower processes_per_node (or devices_per_process) to fit the node's GPUs, or run on nodes with more GPUs"
 
 

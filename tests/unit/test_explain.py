@@ -109,6 +109,35 @@ def test_a_rank_bound_past_the_nodes_gpus_is_told_so_not_to_install_cuda():
     assert binding_beyond_node("1", 1, device_files=[]) is None  # no GPU at all: missing_for_gpu says so
 
 
+def test_explain_says_before_a_local_run_that_its_ranks_would_be_bound_past_this_machines_gpus():
+    """Noticed on a 1-GPU machine (H100, 2026-11-27): explain showed rank 1 on GPU 1 without a
+    word; the run then refused rank 1 as it started."""
+    from launcher.rank.topology import gpus_short_here
+
+    one_gpu = ["/dev/nvidia0"]
+    assert gpus_short_here(2, 1, None, one_gpu) == (
+        "processes_per_node x devices_per_process = 2 x 1 binds 2 GPUs per node, but this machine has 1: "
+        "local rank 1 and later would be bound to a GPU that is not there")
+    assert gpus_short_here(2, 2, "0,1", [*one_gpu, "/dev/nvidia1"]).endswith(
+        "but CUDA_VISIBLE_DEVICES=0,1 lists 2: local rank 1 and later would be bound to a GPU that is not there")
+    assert gpus_short_here(1, 1, None, one_gpu) is None
+    assert gpus_short_here(2, 1, "0,1", one_gpu) is None       # the environment's list is what is bound
+    assert gpus_short_here(2, 1, "GPU-5e08", one_gpu) is None  # UUIDs: cannot tell
+    assert gpus_short_here(4, 1, None, []) is None              # no GPU at all: missing_for_gpu says so
+
+
+def test_the_local_backends_fit_names_the_gpu_shortfall_with_its_fix(monkeypatch):
+    from launcher.backends.local import plan
+    from launcher.spec import JobSpec
+
+    monkeypatch.setattr(plan, "_missing_for_gpu", lambda spec: None)
+    monkeypatch.setattr(plan, "gpus_short_here", lambda ppn, d, visible: f"{ppn}x{d} short of {visible}")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    spec = JobSpec(name="j", entrypoint="m.py:f", platform="gpu", processes_per_node=2)
+    assert plan.problems_here(spec) == [f"2x1 short of 0. Fix: {plan.BINDING_FIX}"]
+    assert plan.problems_here(spec.replace(platform="cpu")) == []
+
+
 @pytest.mark.skipif(Path("/dev/nvidia0").exists(), reason="this machine has a GPU")
 def test_platform_gpu_without_a_gpu_is_refused_by_run_and_explain_not_a_bare_assertion(tmp_path):
     """Issue 29: `platform: gpu` on a host without a GPU failed in every rank with JAX's bare

@@ -14,7 +14,7 @@ from pathlib import Path
 from ... import container
 from ...environment import RUN_DIR_ENV
 from ...errors import UsageError
-from ...rank.topology import EMULATED_PPN, GPU_FIX, missing_for_gpu
+from ...rank.topology import BINDING_FIX, EMULATED_PPN, GPU_FIX, gpus_short_here, missing_for_gpu
 from ...rundir import RunDirectory
 from ...spec import JobSpec
 from ...launchers import mpirun as mpirun_launcher  # find_mpirun looked up when called (tests replace it)
@@ -62,11 +62,16 @@ def _missing_for_gpu(spec: JobSpec) -> str | None:
 
 
 def problems_here(spec: JobSpec) -> list[str]:
-    """What stops the spec from running here with `jaxlaunch run` that explain can see: today,
+    """What stops the spec from running here with `jaxlaunch run` that explain can see:
     `platform: gpu` without a GPU or without JAX's CUDA plugin (JAX itself fails with a bare
-    AssertionError). Each problem ends with its fix."""
+    AssertionError), or with more GPUs per node than this machine has (the ranks past them are
+    refused as they start). Each problem ends with its fix."""
     missing = _missing_for_gpu(spec)
-    return [] if missing is None else [f"platform: gpu, but {missing}. Fix: {GPU_FIX}"]
+    if missing is not None:
+        return [f"platform: gpu, but {missing}. Fix: {GPU_FIX}"]
+    short = None if spec.platform != "gpu" else gpus_short_here(
+        spec.processes_per_node, spec.devices_per_process, os.environ.get("CUDA_VISIBLE_DEVICES"))
+    return [] if short is None else [f"{short}. Fix: {BINDING_FIX}"]
 
 
 def placement(spec: JobSpec) -> Placement:
