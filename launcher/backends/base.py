@@ -318,6 +318,11 @@ class Backend(ABC):
         with its handle. `files` ({relative path: bytes}) are written into the run directory before
         the job starts (a function job's call); `options` are the backend's own (Slurm: `check`)."""
 
+    def run_in_foreground(self, plan: Plan, echo=print, print_result=print) -> Job | None:
+        """`jaxlaunch run`: the job `plan` describes run to its end in this process (local: the
+        supervisor here); its handle. None where jobs run elsewhere: `run` then follows start_plan's job."""
+        return None
+
     def start(self, spec, run_dir=None, files: dict[str, bytes] | None = None, **options) -> Job:
         """Start `spec` (a JobSpec) and return at once with its handle: `start_plan(plan(spec, run_dir))`."""
         return self.start_plan(self.plan(spec, run_dir), files, **options)
@@ -328,13 +333,17 @@ class Backend(ABC):
         The default: UsageError (a backend that runs no sweeps)."""
         raise UsageError(f"the {self.name} backend runs no sweeps")
 
-    def start_sweep(self, sweep, run_dir=None, max_parallel: int | None = None, echo=print):
+    def start_sweep(self, sweep, run_dir=None, max_parallel: int | None = None, echo=print, **options):
         """Start every configuration of `sweep` in a new sweep directory (`run_dir`), `max_parallel`
-        at a time, echoing progress; returns (the SweepDirectory, the backend's answer): local runs
-        them all here and answers with the exit code (0: all completed); Slurm submits (after the
-        cluster check, unless check=False) and answers with the job array ids. The default:
-        UsageError (a backend that runs no sweeps)."""
+        at a time, echoing progress, and return at once: (the SweepDirectory, the job ids), which
+        wait_for_sweep follows. `options` are the backend's own (Slurm: `check`, the cluster
+        check before sbatch). The default: UsageError (a backend that runs no sweeps)."""
         raise UsageError(f"the {self.name} backend runs no sweeps")
+
+    def run_sweep_in_foreground(self, sweep, run_dir=None, max_parallel: int | None = None, echo=print):
+        """`jaxlaunch run` of a sweep run here to its end: (the SweepDirectory, the exit code: 0 only
+        if all completed). None where jobs run elsewhere: `run` then follows start_sweep's jobs."""
+        return None
 
     def resume(self, run_dir, echo=print, print_result=print) -> Job:
         """`jaxlaunch run --resume RUN_DIR`: continue the run in RUN_DIR (preempted, failed or

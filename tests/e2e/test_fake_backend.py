@@ -129,6 +129,18 @@ def test_submit_backend_fake_starts_follows_and_cancels_through_the_cli(tmp_path
         time.sleep(0.2)
 
 
+def test_run_backend_fake_starts_the_job_there_and_follows_it_in_the_foreground(tmp_path):
+    """`run` shares submit's start path: on a backend that runs jobs elsewhere it is submit --wait."""
+    from conftest import jaxlaunch
+
+    done = jaxlaunch("run", steady_yaml(tmp_path, 5), "--backend", "fake", "--run-dir", tmp_path / "run",
+                     env=cli_env(tmp_path), cwd=tmp_path, timeout=180)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout) == {"total": 10.0, "size": 2}
+    assert "Submitted job fake-1" in done.stderr and "job fake-1: COMPLETED" in done.stderr
+    assert json.loads((tmp_path / "run" / "status.json").read_text())["backend"] == "fake"
+
+
 def test_an_unregistered_backend_is_a_usage_error_naming_the_registry(tmp_path):
     from conftest import jaxlaunch
 

@@ -4,6 +4,7 @@ import json
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import time
 
@@ -80,6 +81,40 @@ def test_cancel_a_sleeping_job(slurm_env, slurm_cluster, tmp_path):
         assert time.monotonic() - started < 10, "not CANCELLED within 10 s"
         time.sleep(0.1)
     assert run_ok("status", job_id, env=slurm_env).stdout.splitlines()[2].split()[1] == "CANCELLED"
+
+
+def test_run_backend_slurm_follows_the_job_and_ctrl_c_cancels_it(slurm_env, slurm_cluster, tmp_path):
+    """`run` shares submit's start path (cli/start_job.py) over any backend: on Slurm it submits and
+    follows the job in the foreground, the result on stdout and the job's exit code; Ctrl-C
+    cancels the job, as srun's does (submit --wait's only stops following)."""
+    run_dir = tmp_path / "run"
+    result = run_ok("run", EXAMPLES / "normalize.yaml", "--set", "nodes=2", "--backend", "slurm", "--run-dir", run_dir,
+                    env=slurm_env)
+    assert json.loads(result.stdout) == json.loads((run_dir / "result.json").read_text())
+    job_id = re.search(r"Submitted job (\d+);", result.stderr).group(1)
+    assert f"job {job_id}: COMPLETED" in result.stderr
+
+    process = subprocess.Popen([jaxlaunch_path(), "run", str(TEST_JOBS / "fail_on_rank.yaml"), "--backend", "slurm",
+                                "--set", "entrypoint=fail_on_rank.py:sleep", "--set", "params.seconds=300",
+                                "--set", "processes_per_node=1", "--run-dir", str(tmp_path / "sleep")],
+                               env=slurm_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "sleep" / "status.json").exists() or json.loads(
+                (tmp_path / "sleep" / "status.json").read_text()).get("state") != "RUNNING":
+            assert process.poll() is None and time.monotonic() < deadline, "the job never started"
+            time.sleep(0.2)
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == 130, err
+    sleeping = re.search(r"Submitted job (\d+);", err).group(1)
+    assert f"jaxlaunch: interrupted: cancelling job {sleeping}" in err
+    deadline = time.monotonic() + 30
+    while not (slurm_cluster.job_state(int(sleeping)) or "").startswith("CANCELLED"):
+        assert time.monotonic() < deadline, "not CANCELLED within 30 s"
+        time.sleep(0.2)
 
 
 def test_sbatch_rejection_shows_sbatch_message(slurm_env, tmp_path):

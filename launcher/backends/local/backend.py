@@ -238,11 +238,12 @@ class LocalBackend(Backend):
                                        stdout=output, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         return LocalJob(run, process)
 
-    def run_here(self, spec: JobSpec, run_dir=None, echo=print, print_result=print) -> LocalJob:
-        """`jaxlaunch run SPEC`: its plan, a new run directory, then `run_attached` with that plan."""
-        plan = self.plan(spec, run_dir)
+    def run_in_foreground(self, plan, echo=print, print_result=print) -> LocalJob:
+        """`jaxlaunch run SPEC`: a new run directory for the plan's spec, then `run_attached` with
+        that plan."""
+        spec = plan.subject
         launch.check_local(spec)  # fails with a clear message before a run directory exists
-        run = RunDirectory.create(spec, run_dir)
+        run = RunDirectory.create(spec, plan.requested)
         return self.run_attached(spec, run, echo=echo, print_result=print_result, plan=plan)
 
     def run_attached(self, spec: JobSpec, run: RunDirectory, echo=print, print_result=print,
@@ -287,7 +288,12 @@ class LocalBackend(Backend):
         echo(f"jaxlaunch: resuming {run.path} (was {state or 'unknown'})")
         return self.run_attached(run.read_spec(), run, echo=echo, print_result=print_result, resume=True)
 
-    def start_sweep(self, sweep, run_dir=None, max_parallel: int | None = None, echo=print):
+    def start_sweep(self, sweep, run_dir=None, max_parallel: int | None = None, echo=print, **options):
+        """A local sweep runs in the foreground only (run_sweep_in_foreground)."""
+        raise UsageError("the local backend runs a sweep here, in the foreground, not in the background: "
+                         "`jaxlaunch run SPEC --sweep ...`")
+
+    def run_sweep_in_foreground(self, sweep, run_dir=None, max_parallel: int | None = None, echo=print):
         """Run every configuration here, `max_parallel` at a time (each in its own process);
         returns (sweep directory, exit code: 0 only if all completed)."""
         from ...sweeps.directory import SweepDirectory

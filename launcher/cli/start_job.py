@@ -1,0 +1,85 @@
+"""What `run` and `submit` share: one path from a spec (or a sweep) to a started job, over any
+backend of the registry.
+
+- `run` keeps the job in the foreground. A backend that runs jobs in this process does so (the
+  local backend: the supervisor here, the program's signals, streams and exit code its own, as
+  under `mpirun`); any other is started and followed to its end, with the job's exit code, and
+  Ctrl-C cancels it, as srun's does.
+- `submit` starts the job and returns with its id, or follows it with --wait; Ctrl-C then stops
+  only the following.
+Progress goes to stderr; stdout is for the result (and for submit's id without --wait).
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from ..states import JobState
+from .options import is_sweep, print_results_table, progress
+
+
+def start(backend, job, run_dir, max_parallel, *, dry_run: bool, foreground: bool, wait: bool = False,
+          parsable: bool = False, check: bool = True) -> None:
+    """Start `job` (a JobSpec or a Sweep) on `backend`; exits with the job's code when it was followed."""
+    if dry_run:  # what --dry-run shows is what starts
+        click.echo(backend.plan(job, run_dir, max_parallel).describe(), nl=False, color=True)
+    elif is_sweep(job):
+        _start_sweep(backend, job, run_dir, max_parallel, foreground, wait, parsable, check)
+    else:
+        _start_one(backend, backend.plan(job, run_dir), foreground, wait, parsable, check)
+
+
+def _start_one(backend, plan, foreground, wait, parsable, check) -> None:
+    if foreground:
+        here = backend.run_in_foreground(plan, echo=progress, print_result=click.echo)
+        if here is not None:
+            sys.exit(here.exit_code())
+    handle = backend.start_plan(plan, check=check)
+    for warning in handle.warnings:
+        progress(f"warning: {warning}")
+    following = foreground or wait
+    # While it is followed, stdout is for the result, as with a local run; the id goes to stderr.
+    click.echo(handle.id if parsable else f"Submitted job {handle.id}; run directory: {handle.run_dir}",
+               err=following)
+    if following:
+        _follow(handle, cancel_on_interrupt=foreground)
+
+
+def _follow(handle, cancel_on_interrupt: bool) -> None:
+    from ..supervisor import result_text
+    from .job_lookup import wait_for
+
+    try:
+        state = wait_for(handle, progress)
+    except KeyboardInterrupt:
+        if not cancel_on_interrupt:
+            progress(f"jaxlaunch: stopped following job {handle.id}; it goes on (jaxlaunch cancel {handle.id})")
+            sys.exit(130)
+        progress(f"jaxlaunch: interrupted: cancelling job {handle.id}")
+        handle.cancel()
+        sys.exit(130)
+    if state == JobState.COMPLETED and result_text(handle.run) is not None:
+        click.echo(result_text(handle.run))
+    sys.exit(handle.exit_code())
+
+
+def _start_sweep(backend, sweep, run_dir, max_parallel, foreground, wait, parsable, check) -> None:
+    if foreground:
+        here = backend.run_sweep_in_foreground(sweep, run_dir, max_parallel, echo=progress)
+        if here is not None:
+            directory, code = here
+            print_results_table(directory.path)
+            sys.exit(code)
+    directory, ids = backend.start_sweep(sweep, run_dir, max_parallel, echo=progress, check=check)
+    following = foreground or wait
+    if parsable:
+        click.echo(",".join(ids), err=following)
+    else:
+        click.echo(f"Submitted sweep of {len(sweep.configurations)} configurations as job array"
+                   f"{'s' if len(ids) > 1 else ''} {', '.join(ids)}; sweep directory: {directory.path}", err=following)
+    if following:
+        states = backend.wait_for_sweep(directory, echo=progress)
+        print_results_table(directory.path)
+        sys.exit(0 if all(t.state == JobState.COMPLETED for t in states) else 1)
