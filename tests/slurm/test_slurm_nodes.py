@@ -33,6 +33,17 @@ def job_record(slurm_cluster, job_id) -> dict:
     return slurm_cluster.show_job(job_id) or {}
 
 
+def settled_job_record(slurm_cluster, job_id, timeout: float = 30) -> dict:
+    """Slurm's record once the job is out of COMPLETING: the supervisor's word (status.json, what
+    `jaxlaunch status` shows) comes before slurmctld has cleaned the job's steps up (CI, 2026-11-27:
+    COMPLETING when the test asked)."""
+    deadline = time.monotonic() + timeout
+    while (record := job_record(slurm_cluster, job_id)).get("JobState") == "COMPLETING":
+        assert time.monotonic() < deadline, f"job {job_id} still COMPLETING after {timeout} s"
+        time.sleep(0.2)
+    return record
+
+
 @contextlib.contextmanager
 def node_down(slurm_cluster, node):
     """`node` DOWN (as an admin or Slurm's health check would set it), RESUMEd afterwards."""
@@ -120,7 +131,7 @@ def test_a_node_failed_mid_job_is_replaced_by_a_spare_inside_the_allocation(slur
         state = wait_for_end(slurm_env, job_id)
         assert state == "COMPLETED", what_happened(run_dir)
     assert_same_training(load_result(run_dir), reference)
-    final = job_record(slurm_cluster, job_id)
+    final = settled_job_record(slurm_cluster, job_id)
     assert final["Restarts"] == "0" and final["JobState"] == "COMPLETED"
     status = json.loads((run_dir / "status.json").read_text())
     assert status["requeues"] == 0 and list(status["replaced_nodes"]) == [victim]
