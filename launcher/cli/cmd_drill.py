@@ -20,8 +20,8 @@ from .options import ProgramCommand, progress, spec_options, user_errors
                    "governor must stop it after two), node (--target slurm: a rank's node set DOWN). "
                    "[default: those the target offers, but repeat]")
 @click.option("--target", type=BackendName(), default=RUN_DEFAULT, show_default=True,
-              help="Drill the job on this machine (local: jaxlaunch run) or through a scheduler (slurm, or another "
-                   "backend: jaxlaunch submit --backend NAME --wait).")
+              help="Drill the job on this machine (local) or through a scheduler (slurm, or another backend); each "
+                   "run is `jaxlaunch run --backend NAME`, which follows a scheduler's job to its end.")
 @click.option("--count", type=click.IntRange(min=1), default=1, show_default=True, help="Runs per fault.")
 @click.option("--seed", type=int, default=None, help="Chooses the points and ranks (default: random; in drill.json).")
 @click.option("--tolerance", type=click.FloatRange(min=0), default=None,

@@ -4,7 +4,7 @@ backend of the registry.
 - `run` keeps the job in the foreground. A backend that runs jobs in this process does so (the
   local backend: the supervisor here, the program's signals, streams and exit code its own, as
   under `mpirun`); any other is started and followed to its end, with the job's exit code, and
-  Ctrl-C cancels it, as srun's does.
+  Ctrl-C (or SIGTERM) cancels it, as srun's does.
 - `submit` starts the job and returns with its id, or follows it with --wait; Ctrl-C then stops
   only the following.
 Progress goes to stderr; stdout is for the result (and for submit's id without --wait).
@@ -12,7 +12,9 @@ Progress goes to stderr; stdout is for the result (and for submit's id without -
 
 from __future__ import annotations
 
+import signal
 import sys
+import threading
 
 import click
 
@@ -47,19 +49,35 @@ def _start_one(backend, plan, foreground, wait, parsable, check) -> None:
         _follow(handle, cancel_on_interrupt=foreground)
 
 
+class Stopped(BaseException):
+    """SIGTERM to a `run` that follows its job: ended as Ctrl-C ends it."""
+
+
+def _on_sigterm(signum, frame):
+    raise Stopped
+
+
 def _follow(handle, cancel_on_interrupt: bool) -> None:
     from ..supervisor import result_text
     from .job_lookup import wait_for
 
+    previous = None
+    if cancel_on_interrupt and threading.current_thread() is threading.main_thread():
+        # A local run's job ends with `jaxlaunch run` on SIGTERM too (its supervisor's): so here.
+        previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         state = wait_for(handle, progress)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, Stopped) as stop:
+        code = 128 + (signal.SIGTERM if isinstance(stop, Stopped) else signal.SIGINT)
         if not cancel_on_interrupt:
             progress(f"jaxlaunch: stopped following job {handle.id}; it goes on (jaxlaunch cancel {handle.id})")
-            sys.exit(130)
-        progress(f"jaxlaunch: interrupted: cancelling job {handle.id}")
+            sys.exit(code)
+        progress(f"jaxlaunch: {'interrupted' if code == 130 else 'terminated'}: cancelling job {handle.id}")
         handle.cancel()
-        sys.exit(130)
+        sys.exit(code)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     if state == JobState.COMPLETED and result_text(handle.run) is not None:
         click.echo(result_text(handle.run))
     sys.exit(handle.exit_code())

@@ -2,6 +2,8 @@
 backend shows which of its methods each command calls, and what each prints and exits with."""
 
 import json
+import os
+import signal
 import types
 
 import pytest
@@ -24,6 +26,8 @@ class ScriptedHandle:
         self.final, self.interrupted, self.cancelled = state, interrupted, False
 
     def wait(self, on_change=None, **_):
+        if self.interrupted == "SIGTERM":
+            os.kill(os.getpid(), signal.SIGTERM)
         if self.interrupted:
             raise KeyboardInterrupt
         on_change(self, JobState.RUNNING)
@@ -124,6 +128,16 @@ def test_ctrl_c_while_run_follows_cancels_the_job_and_while_submit_waits_only_st
     result = invoke("submit", spec, "--backend", "scripted", "--wait")
     assert result.exit_code == 130 and not waited.handle.cancelled
     assert "stopped following job s-1; it goes on (jaxlaunch cancel s-1)" in result.stderr
+
+
+def test_sigterm_to_a_run_that_follows_its_job_cancels_the_job_as_ctrl_c_does(scripted):
+    make, spec = scripted
+    before = signal.getsignal(signal.SIGTERM)
+    followed = make(interrupted="SIGTERM")
+    result = invoke("run", spec, "--backend", "scripted")
+    assert result.exit_code == 143 and followed.handle.cancelled
+    assert "jaxlaunch: terminated: cancelling job s-1" in result.stderr
+    assert signal.getsignal(signal.SIGTERM) is before  # given back
 
 
 def test_submit_without_wait_prints_the_id_on_stdout_and_returns(scripted):

@@ -29,7 +29,7 @@ Everything goes to DRILL_DIR (runs/drill-NAME-TIME by default): clean/, kill-1/,
 output in its .log, and drill.json (the seed, the points chosen, every figure). The exit code is 0
 only when every fault passed.
 
-`--target slurm` drills the job on the cluster it targets: each run is `jaxlaunch submit --wait`,
+`--target slurm` drills the job on the cluster it targets: each run is `jaxlaunch run --backend slurm`,
 a preemption notice is Slurm's own (`scancel --batch --signal=USR2`; the job requeues itself), a
 rank is killed or stopped on its node through a step of the job (`srun --overlap`, which finds the
 rank's process there and signals it), and one more fault is possible:

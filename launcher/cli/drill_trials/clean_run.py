@@ -1,4 +1,4 @@
-"""The drill's runs of the job: starting one (`jaxlaunch run`, or `submit --backend NAME --wait`),
+"""The drill's runs of the job: starting one (`jaxlaunch run --backend NAME`),
 waiting for it within its bound, ending it, and the clean run the trials are measured against.
 A mixin of Drill (trials.py)."""
 
@@ -9,7 +9,6 @@ import subprocess
 import time
 from pathlib import Path
 
-from ...backends import RUN_DEFAULT
 from .runs import (HANG_FLOOR_SECONDS, TRIAL_MARGIN_SECONDS, TrialTimedOut, end_run, jaxlaunch_path, read_events,
                    read_reports, read_status)
 
@@ -21,10 +20,9 @@ class DrillRuns:
         if resume:
             command = [jaxlaunch_path(), "run", "--resume", str(run_dir)]
         else:
-            command = [jaxlaunch_path(), "run", self.spec_path, "--run-dir", str(run_dir)]
-            if self.target != RUN_DEFAULT:  # --wait: follows the job, its restarts and requeues, to its end
-                command = [jaxlaunch_path(), "submit", self.spec_path, "--backend", self.target, "--wait",
-                           "--run-dir", str(run_dir)]
+            # in the foreground on every target: locally the job runs in that process; elsewhere run
+            # follows the job, its restarts and requeues, to its end (cli/start_job.py)
+            command = [jaxlaunch_path(), "run", self.spec_path, "--backend", self.target, "--run-dir", str(run_dir)]
             for override in [*self.overrides, *extra]:
                 command += ["--set", override]
             if self.program_args:
