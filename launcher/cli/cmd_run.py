@@ -8,6 +8,7 @@ import sys
 import click
 
 from ..backends import RUN_DEFAULT
+from . import start_job
 from .arguments import BackendName
 from .options import ProgramCommand, job_or_sweep, progress, spec_options, sweep_options, user_errors
 
@@ -30,7 +31,6 @@ def run(spec, overrides, program_args, sweeps, max_parallel, run_dir, dry_run, r
     configuration, --max-parallel at a time. SPEC may be a script (`jaxlaunch run train.py -n 2 --
     --lr 0.1`): it runs with every other key at its default."""
     from ..backends import get_backend
-    from . import start_job
 
     backend = get_backend(backend_name)
     if resume_dir is not None:

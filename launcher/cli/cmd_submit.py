@@ -6,6 +6,7 @@ from __future__ import annotations
 import click
 
 from ..backends import SUBMIT_DEFAULT
+from . import start_job
 from .arguments import BackendName
 from .options import ProgramCommand, job_or_sweep, spec_options, sweep_options, user_errors
 
@@ -27,7 +28,6 @@ def submit(spec, overrides, program_args, sweeps, max_parallel, run_dir, dry_run
            backend_name):
     """Submit SPEC to Slurm with sbatch (or to --backend NAME); a sweep as one job array."""
     from ..backends import get_backend
-    from . import start_job
 
     backend, job = get_backend(backend_name), job_or_sweep(spec, overrides, sweeps, max_parallel, program_args)
     start_job.start(backend, job, run_dir, max_parallel, dry_run=dry_run, foreground=False, wait=wait,
