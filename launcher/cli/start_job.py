@@ -57,27 +57,35 @@ def _on_sigterm(signum, frame):
     raise Stopped
 
 
-def _follow(handle, cancel_on_interrupt: bool) -> None:
-    from ..supervisor import result_text
-    from .job_lookup import wait_for
-
+def _until_stopped(follow, ids: list[str], cancel, cancels: bool):
+    """follow()'s answer; on Ctrl-C (or, when `cancels`, SIGTERM) `cancel()` first when `cancels`
+    (run), else only the following ends (submit --wait), and the exit is 128 + the signal."""
     previous = None
-    if cancel_on_interrupt and threading.current_thread() is threading.main_thread():
+    if cancels and threading.current_thread() is threading.main_thread():
         # A local run's job ends with `jaxlaunch run` on SIGTERM too (its supervisor's): so here.
         previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
-        state = wait_for(handle, progress)
+        return follow()
     except (KeyboardInterrupt, Stopped) as stop:
         code = 128 + (signal.SIGTERM if isinstance(stop, Stopped) else signal.SIGINT)
-        if not cancel_on_interrupt:
-            progress(f"jaxlaunch: stopped following job {handle.id}; it goes on (jaxlaunch cancel {handle.id})")
+        named = f"job{'s' if len(ids) > 1 else ''} {', '.join(ids)}"
+        if not cancels:
+            goes = "they go" if len(ids) > 1 else "it goes"
+            progress(f"jaxlaunch: stopped following {named}; {goes} on (jaxlaunch cancel {' '.join(ids)})")
             sys.exit(code)
-        progress(f"jaxlaunch: {'interrupted' if code == 130 else 'terminated'}: cancelling job {handle.id}")
-        handle.cancel()
+        progress(f"jaxlaunch: {'interrupted' if code == 130 else 'terminated'}: cancelling {named}")
+        cancel()
         sys.exit(code)
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+def _follow(handle, cancel_on_interrupt: bool) -> None:
+    from ..supervisor import result_text
+    from .job_lookup import wait_for
+
+    state = _until_stopped(lambda: wait_for(handle, progress), [handle.id], handle.cancel, cancel_on_interrupt)
     if state == JobState.COMPLETED and result_text(handle.run) is not None:
         click.echo(result_text(handle.run))
     sys.exit(handle.exit_code())
@@ -98,6 +106,11 @@ def _start_sweep(backend, sweep, run_dir, max_parallel, foreground, wait, parsab
         click.echo(f"Submitted sweep of {len(sweep.configurations)} configurations as job array"
                    f"{'s' if len(ids) > 1 else ''} {', '.join(ids)}; sweep directory: {directory.path}", err=following)
     if following:
-        states = backend.wait_for_sweep(directory, echo=progress)
+        def cancel_all():
+            for job_id in ids:  # an array's id stands for all its tasks (Backend.find_to_cancel)
+                backend.find_to_cancel(job_id).cancel()
+
+        states = _until_stopped(lambda: backend.wait_for_sweep(directory, echo=progress), ids, cancel_all,
+                                foreground)
         print_results_table(directory.path)
         sys.exit(0 if all(t.state == JobState.COMPLETED for t in states) else 1)

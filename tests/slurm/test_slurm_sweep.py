@@ -2,12 +2,13 @@
 sweep, one run directory per task, a task cancelled alone, results collected into one table."""
 
 import json
+import signal
 import subprocess
 import time
 
 import pytest
 
-from conftest import EXAMPLES, jaxlaunch
+from conftest import EXAMPLES, TEST_JOBS, jaxlaunch
 from preemption_helpers import start
 
 pytestmark = pytest.mark.slurm
@@ -88,6 +89,31 @@ def test_sweep_is_one_array_a_task_cancels_alone_and_results_collect(slurm_env, 
     finals = {row["task"]: row["final_loss"] for row in table["rows"] if row["final_loss"] is not None}
     best = min(finals, key=finals.get)
     assert f"from task {best} " in results.stdout
+
+
+def test_ctrl_c_while_run_follows_a_sweep_on_slurm_cancels_every_task(slurm_env, slurm_cluster, tmp_path):
+    """`run --backend slurm --sweep`: the arrays are followed in the foreground, and Ctrl-C cancels
+    them all (through the array id, as `jaxlaunch cancel ARRAY` does), running and pending tasks."""
+    sweep_dir = tmp_path / "sweep"
+    exe = start("run", TEST_JOBS / "fail_on_rank.yaml", "--backend", "slurm", "--set", "entrypoint=fail_on_rank.py:sleep",
+                "--set", "processes_per_node=1", "--sweep", "params.seconds=300,301,302",
+                "--max-parallel", "2", "--run-dir", sweep_dir, env=slurm_env)
+    try:
+        array_id = wait_for_array(sweep_dir)[0]["job_id"]
+        deadline = time.monotonic() + 60
+        while slurm_cluster.job_state(f"{array_id}_0") != "RUNNING":
+            assert exe.poll() is None and time.monotonic() < deadline, "no task started"
+            time.sleep(0.2)
+        exe.send_signal(signal.SIGINT)
+        out, err = exe.communicate(timeout=60)
+    finally:
+        exe.kill()
+    assert exe.returncode == 130, err
+    assert f"jaxlaunch: interrupted: cancelling job {array_id}" in err
+    deadline = time.monotonic() + 30
+    while any(task in squeue_ids(slurm_env) for task in (f"{array_id}_{i}" for i in range(3))):
+        assert time.monotonic() < deadline, f"tasks of {array_id} still queued: {squeue_ids(slurm_env)}"
+        time.sleep(0.2)
 
 
 def test_sweep_with_an_invalid_value_submits_nothing(slurm_env, tmp_path):

@@ -72,6 +72,16 @@ class ScriptedBackend(Backend):
         self.calls.append(("run_in_foreground", plan.subject.name))
         return self.handle
 
+    def start_sweep(self, sweep, run_dir=None, max_parallel=None, echo=print, **options):
+        self.calls.append(("start_sweep", options))
+        return types.SimpleNamespace(path=self.tmp_path / "sweep"), ["s_1", "s_2"]
+
+    def wait_for_sweep(self, directory, echo, poll_seconds=2.0):
+        raise KeyboardInterrupt
+
+    def find_to_cancel(self, ref):
+        return types.SimpleNamespace(cancel=lambda: self.calls.append(("cancel", ref)))
+
     def find(self, ref):
         raise NotImplementedError
 
@@ -138,6 +148,19 @@ def test_sigterm_to_a_run_that_follows_its_job_cancels_the_job_as_ctrl_c_does(sc
     assert result.exit_code == 143 and followed.handle.cancelled
     assert "jaxlaunch: terminated: cancelling job s-1" in result.stderr
     assert signal.getsignal(signal.SIGTERM) is before  # given back
+
+
+def test_ctrl_c_while_run_follows_a_sweep_cancels_every_array_and_submit_wait_leaves_them(scripted):
+    make, spec = scripted
+    followed = make()
+    result = invoke("run", spec, "--backend", "scripted", "--sweep", "params.a=1,2")
+    assert result.exit_code == 130, result.output
+    assert followed.calls == [("start_sweep", {"check": True}), ("cancel", "s_1"), ("cancel", "s_2")]
+    assert "jaxlaunch: interrupted: cancelling jobs s_1, s_2" in result.stderr
+    waited = make()
+    result = invoke("submit", spec, "--backend", "scripted", "--sweep", "params.a=1,2", "--wait")
+    assert result.exit_code == 130 and waited.calls == [("start_sweep", {"check": True})]
+    assert "stopped following jobs s_1, s_2; they go on (jaxlaunch cancel s_1 s_2)" in result.stderr
 
 
 def test_submit_without_wait_prints_the_id_on_stdout_and_returns(scripted):
