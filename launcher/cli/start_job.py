@@ -4,7 +4,8 @@ backend of the registry.
 - `run` keeps the job in the foreground. A backend that runs jobs in this process does so (the
   local backend: the supervisor here, the program's signals, streams and exit code its own, as
   under `mpirun`); any other is started and followed to its end, with the job's exit code, and
-  Ctrl-C (or SIGTERM) cancels it, as srun's does.
+  Ctrl-C (or SIGTERM) cancels it, as either ends a local run's job (srun waits for a second
+  Ctrl-C within a second; one is enough here).
 - `submit` starts the job and returns with its id, or follows it with --wait; Ctrl-C then stops
   only the following.
 Progress goes to stderr; stdout is for the result (and for submit's id without --wait).

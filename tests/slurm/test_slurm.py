@@ -86,7 +86,7 @@ def test_cancel_a_sleeping_job(slurm_env, slurm_cluster, tmp_path):
 def test_run_backend_slurm_follows_the_job_and_ctrl_c_cancels_it(slurm_env, slurm_cluster, tmp_path):
     """`run` shares submit's start path (cli/start_job.py) over any backend: on Slurm it submits and
     follows the job in the foreground, the result on stdout and the job's exit code; Ctrl-C
-    cancels the job, as srun's does (submit --wait's only stops following)."""
+    cancels the job, as it ends a local run's (submit --wait's only stops following)."""
     run_dir = tmp_path / "run"
     result = run_ok("run", EXAMPLES / "normalize.yaml", "--set", "nodes=2", "--backend", "slurm", "--run-dir", run_dir,
                     env=slurm_env)
