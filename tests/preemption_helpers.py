@@ -87,11 +87,11 @@ def events(run_dir: Path) -> list[dict]:
 
 def start(*args, env=None) -> subprocess.Popen:
     """`jaxlaunch ARGS...` in the background, as from a terminal: with SIGINT at its default (`make
-    test` runs the Slurm tier behind `&`, where the shell ignores SIGINT, and a child keeps that)."""
+    test` runs the Slurm tier behind `&`, where the shell ignores SIGINT, and a child keeps that).
+    coreutils' env resets it: a preexec_fn would fork a process JAX has made multithreaded."""
     import shutil
-    import signal
     import sys
 
     exe = shutil.which("jaxlaunch", path=str(Path(sys.executable).parent)) or "jaxlaunch"
-    return subprocess.Popen([exe, *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    return subprocess.Popen(["env", "--default-signal=INT", exe, *map(str, args)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)

@@ -94,13 +94,12 @@ def test_run_backend_slurm_follows_the_job_and_ctrl_c_cancels_it(slurm_env, slur
     job_id = re.search(r"Submitted job (\d+);", result.stderr).group(1)
     assert f"job {job_id}: COMPLETED" in result.stderr
 
-    process = subprocess.Popen([jaxlaunch_path(), "run", str(TEST_JOBS / "fail_on_rank.yaml"), "--backend", "slurm",
+    process = subprocess.Popen(["env", "--default-signal=INT", jaxlaunch_path(), "run", str(TEST_JOBS / "fail_on_rank.yaml"), "--backend", "slurm",
                                 "--set", "entrypoint=fail_on_rank.py:sleep", "--set", "params.seconds=300",
                                 "--set", "processes_per_node=1", "--run-dir", str(tmp_path / "sleep")],
-                               env=slurm_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               # as from a terminal: `make test` runs this tier in the background (&), where
-                               # the shell starts it with SIGINT ignored, and Python keeps SIGINT ignored then
-                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                               # env: SIGINT at its default, as from a terminal; `make test` runs this tier in
+                               # the background (&), where the shell ignores SIGINT and Python keeps that
+                               env=slurm_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 60
         while not (tmp_path / "sleep" / "status.json").exists() or json.loads(
