@@ -1,6 +1,7 @@
 """The `jaxlaunch` command: one module per command (cmd_*.py, as torchx's cli/cmd_*.py), each a thin
 shell over one library function; what they share (spec options, error handling, argument checks)
-is in options.py. Library errors become click exceptions here and only here.
+is in options.py, and `run` and `submit` start a job through start_job.py. Library errors become
+click exceptions here and only here.
 
 The commands import their libraries inside their bodies: `jaxlaunch --help` and every command's
 start stay fast (jax, numpy and the backends are imported by the command that needs them)."""
