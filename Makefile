@@ -39,7 +39,7 @@ demo: setup
 # (each rank prints its count). The unit tier runs first, alone (the inner loop's figure: under 2 min);
 # then the Slurm tier runs beside the others (it mostly waits on the scheduler, and ends before the
 # e2e tier), its output kept in build/test-slurm.log and shown when it ends; any failure fails the
-# target. 23.8-24.7 min in this order on this project's idle 2-core machine kind (four fresh clones of
+# target. 23.7-24.7 min in this order on this project's idle 2-core machine kind (five fresh clones of
 # `CI=true bash .ci/run`, 2026-11-27; the Slurm tier 15.8-17.0 min, e2e 19.8-20.4), where one tier after the other took
 # ~36 min (`make test-sequential`, for a failure that only one order shows).
 SLURM_LOG := build/test-slurm.log
