@@ -142,12 +142,19 @@ def test_ctrl_c_while_run_follows_cancels_the_job_and_while_submit_waits_only_st
 
 def test_sigterm_to_a_run_that_follows_its_job_cancels_the_job_as_ctrl_c_does(scripted):
     make, spec = scripted
-    before = signal.getsignal(signal.SIGTERM)
-    followed = make(interrupted="SIGTERM")
-    result = invoke("run", spec, "--backend", "scripted")
+
+    def before(signum, frame):  # this test's own: a handler an earlier follow left behind would pass too
+        raise AssertionError("the handler the follow replaced was called")
+
+    previous = signal.signal(signal.SIGTERM, before)
+    try:
+        followed = make(interrupted="SIGTERM")
+        result = invoke("run", spec, "--backend", "scripted")
+        assert signal.getsignal(signal.SIGTERM) is before  # given back
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     assert result.exit_code == 143 and followed.handle.cancelled
     assert "jaxlaunch: terminated: cancelling job s-1" in result.stderr
-    assert signal.getsignal(signal.SIGTERM) is before  # given back
 
 
 def test_ctrl_c_while_run_follows_a_sweep_cancels_every_array_and_submit_wait_leaves_them(scripted):
