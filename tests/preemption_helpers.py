@@ -85,6 +85,22 @@ def events(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
 
 
+def interrupt_when(process: subprocess.Popen, ready, what: str, timeout: float = 60) -> tuple[str, str]:
+    """Ctrl-C to a started jaxlaunch once `ready()` is true (within `timeout`, while it still runs);
+    its (stdout, stderr) once it has ended. It is killed if anything goes wrong on the way."""
+    import signal
+
+    try:
+        deadline = time.monotonic() + timeout
+        while not ready():
+            assert process.poll() is None and time.monotonic() < deadline, what
+            time.sleep(0.2)
+        process.send_signal(signal.SIGINT)
+        return process.communicate(timeout=timeout)
+    finally:
+        process.kill()
+
+
 def start(*args, env=None) -> subprocess.Popen:
     """`jaxlaunch ARGS...` in the background, as from a terminal: with SIGINT at its default (`make
     test` runs the Slurm tier behind `&`, where the shell ignores SIGINT, and a child keeps that).

@@ -4,7 +4,6 @@ import json
 import re
 import shlex
 import shutil
-import signal
 import subprocess
 import time
 
@@ -12,6 +11,7 @@ import numpy as np
 import pytest
 
 from conftest import BENCHMARKS, EXAMPLES, TEST_JOBS, jaxlaunch
+from preemption_helpers import interrupt_when, start
 
 pytestmark = pytest.mark.slurm
 
@@ -94,22 +94,12 @@ def test_run_backend_slurm_follows_the_job_and_ctrl_c_cancels_it(slurm_env, slur
     job_id = re.search(r"Submitted job (\d+);", result.stderr).group(1)
     assert f"job {job_id}: COMPLETED" in result.stderr
 
-    process = subprocess.Popen(["env", "--default-signal=INT", jaxlaunch_path(), "run", str(TEST_JOBS / "fail_on_rank.yaml"), "--backend", "slurm",
-                                "--set", "entrypoint=fail_on_rank.py:sleep", "--set", "params.seconds=300",
-                                "--set", "processes_per_node=1", "--run-dir", str(tmp_path / "sleep")],
-                               # env: SIGINT at its default, as from a terminal; `make test` runs this tier in
-                               # the background (&), where the shell ignores SIGINT and Python keeps that
-                               env=slurm_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 60
-        while not (tmp_path / "sleep" / "status.json").exists() or json.loads(
-                (tmp_path / "sleep" / "status.json").read_text()).get("state") != "RUNNING":
-            assert process.poll() is None and time.monotonic() < deadline, "the job never started"
-            time.sleep(0.2)
-        process.send_signal(signal.SIGINT)
-        out, err = process.communicate(timeout=60)
-    finally:
-        process.kill()
+    process = start("run", TEST_JOBS / "fail_on_rank.yaml", "--backend", "slurm", "--set", "entrypoint=fail_on_rank.py:sleep",
+                    "--set", "params.seconds=300", "--set", "processes_per_node=1", "--run-dir", tmp_path / "sleep",
+                    env=slurm_env)
+    status = tmp_path / "sleep" / "status.json"
+    out, err = interrupt_when(process, lambda: status.exists() and json.loads(status.read_text()).get("state") == "RUNNING",
+                              "the job never started")
     assert process.returncode == 130, err
     sleeping = re.search(r"Submitted job (\d+);", err).group(1)
     assert f"jaxlaunch: interrupted: cancelling job {sleeping}" in err

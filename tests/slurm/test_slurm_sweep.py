@@ -2,14 +2,13 @@
 sweep, one run directory per task, a task cancelled alone, results collected into one table."""
 
 import json
-import signal
 import subprocess
 import time
 
 import pytest
 
 from conftest import EXAMPLES, TEST_JOBS, jaxlaunch
-from preemption_helpers import start
+from preemption_helpers import interrupt_when, start
 
 pytestmark = pytest.mark.slurm
 
@@ -100,14 +99,10 @@ def test_ctrl_c_while_run_follows_a_sweep_on_slurm_cancels_every_task(slurm_env,
                 "--max-parallel", "2", "--run-dir", sweep_dir, env=slurm_env)
     try:
         array_id = wait_for_array(sweep_dir)[0]["job_id"]
-        deadline = time.monotonic() + 60
-        while slurm_cluster.job_state(f"{array_id}_0") != "RUNNING":
-            assert exe.poll() is None and time.monotonic() < deadline, "no task started"
-            time.sleep(0.2)
-        exe.send_signal(signal.SIGINT)
-        out, err = exe.communicate(timeout=60)
-    finally:
+    except AssertionError:
         exe.kill()
+        raise
+    out, err = interrupt_when(exe, lambda: slurm_cluster.job_state(f"{array_id}_0") == "RUNNING", "no task started")
     assert exe.returncode == 130, err
     assert f"jaxlaunch: interrupted: cancelling job {array_id}" in err
     deadline = time.monotonic() + 30
