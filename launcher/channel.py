@@ -113,6 +113,10 @@ class Activity:
     moved: int              # 1: the stack changed since the last Activity, 0: it stood still
     busy: float             # the process's CPU seconds per second since the last Activity
     where: str              # the innermost frame of the job's own code
+    # Evidence of work beside the stack (launcher/rank/evidence.py); absent from older ranks.
+    children_busy: float = 0.0  # CPU seconds per second of the rank's descendant processes
+    io: float = 0.0         # bytes per second the rank moved to or from storage, or its descendants moved
+    kind: str | None = None  # what the main thread does where it stands still (stacks.py's kinds), else None
 
 
 @dataclass
@@ -147,6 +151,7 @@ OPTIONAL_FIELDS: dict[str, dict[str, tuple]] = {
     "state": {"host": (str,), "where": (str, type(None)), "collectives_started": (int,),
               "collectives_completed": (int,), "waiting_in": (dict, type(None)), "place": (dict,)},
     "phase": {"phase": (str, type(None))},
+    "activity": {"children_busy": NUMBER, "io": NUMBER, "kind": (str, type(None))},
     "done": {"stopped": (dict, type(None))},
 }
 

@@ -39,7 +39,7 @@ from ..channel import AbortRequest, Activity, NoticeSeen, PhaseChange, RankDone,
 from .channel import ControlClient
 from . import preemption
 from .progress import FLUSH_SECONDS, ProgressReporter
-from . import stacks
+from . import evidence, stacks
 from .topology import node_name
 from .tracker import TRACKER, CollectiveTracker  # noqa: F401  (CollectiveTracker: for callers of this module)
 
@@ -91,6 +91,8 @@ class RankMonitor:
         self._main_native_id = threading.main_thread().native_id
         self._switches = main_thread_switches(self._main_native_id)
         self._next_activity = self._activity_at + ACTIVITY_SECONDS
+        self._children_cpu, self._moved_bytes = evidence.sample()
+        self._kinds: dict[str, str | None] = {}  # stack fingerprint -> its kind (stacks.place)
         self.lost_at: float | None = None
         self.progress = ProgressReporter(rank)
         # Rank 0's metrics go every poll: a crash loses at most POLL_SECONDS of them (goodput counts
@@ -242,11 +244,29 @@ class RankMonitor:
                 self._moved = True
             self._switches = switches
             cpu = time.process_time()
-            busy = (cpu - self._cpu) / max(now - self._activity_at, 1e-3)
+            span = max(now - self._activity_at, 1e-3)
+            busy = (cpu - self._cpu) / span
+            children_cpu, moved_bytes = evidence.sample()
+            children_busy = max(children_cpu - self._children_cpu, 0.0) / span
+            io = max(moved_bytes - self._moved_bytes, 0) / span
             self.send("activity", Activity(self.rank, time.time(), stack, int(self._moved), round(busy, 2),
-                                           stacks.innermost_place(frames)))
+                                           stacks.innermost_place(frames), round(children_busy, 2), round(io),
+                                           None if self._moved else self._kind_of(stack, frames)))
             self._moved, self._cpu, self._activity_at = False, cpu, now
+            self._children_cpu, self._moved_bytes = children_cpu, moved_bytes
             self._next_activity = now + ACTIVITY_SECONDS
+
+    def _kind_of(self, stack: str, frames) -> str | None:
+        """What the main thread does where it has stood still for a whole ACTIVITY_SECONDS: read
+        once per place (the callee of the job's line needs its frame objects), then remembered."""
+        if stack not in self._kinds:
+            try:
+                self._kinds[stack] = stacks.place(self.main_thread, frames)["kind"]
+            except Exception:  # noqa: BLE001  (no kind: the watchdog falls back on the stacks' groups)
+                self._kinds[stack] = None
+            if len(self._kinds) > 1024:
+                self._kinds.pop(next(iter(self._kinds)))
+        return self._kinds[stack]
 
     def report_notice(self) -> None:
         """Tell the supervisor a notice reached this rank, even if the job then dies before it can

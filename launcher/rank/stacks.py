@@ -11,8 +11,15 @@ The callee is found from the line's source, by name lookups only (no attribute's
 kinds: `xla` (a JAX computation or its result), `collective` (a launcher collective), `barrier`
 (launcher.barrier, multihost_utils.sync_global_devices, JAX's coordination barrier), `mpi4jax`, `mpi`
 (the program's own mpi4py call),
-`checkpoint` (a save or restore), `compiling` (tracing, lowering or compiling with XLA), `own`
-(the job's own code or a call it makes that is none of these: a loader, a lock, a sleep).
+`checkpoint` (a save or restore), `compiling` (tracing, lowering or compiling with XLA), `child`
+(a wait on its own child process: subprocess, os.system, os.waitpid), `network` (a socket, an HTTP
+client: an upload, an evaluation server), `callback` (a host callback that XLA runs in this thread:
+jax.pure_callback, io_callback), `own` (the job's own code or a call it makes that is none of these:
+a loader, a lock, a sleep).
+
+The hang watchdog weighs them (launcher/supervisor/watchdog.py): a rank in a WAITING kind waits for
+its peers; a rank in an ELSEWHERE kind waits for something outside the job that may well answer,
+and is not a culprit on the short bound; a rank in `own` with no CPU, no I/O and no busy child is.
 """
 
 from __future__ import annotations
@@ -31,6 +38,9 @@ from pathlib import Path
 LAUNCHER_DIR = str(Path(__file__).resolve().parent.parent) + os.sep
 # Kinds in which a rank waits for its peers; any other kind is where a rank may hold them up.
 WAITING_KINDS = ("xla", "collective", "barrier", "mpi4jax", "mpi")
+# Kinds in which a rank waits on something outside the job (its child, the network, a host
+# callback): not held up by a peer, not proven stuck either.
+ELSEWHERE_KINDS = ("child", "network", "callback")
 
 # Frames of JAX that trace, lower or compile (measured on jax 0.10.2: compile_or_get_cached and
 # backend_compile_and_load in compiler.py, lowering in interpreters/mlir.py and pxla.py, tracing in
@@ -38,6 +48,15 @@ WAITING_KINDS = ("xla", "collective", "barrier", "mpi4jax", "mpi")
 _COMPILE_FILES = ("jax/_src/compiler.py", "jax/_src/interpreters/mlir.py", "jax/_src/interpreters/partial_eval.py")
 _COMPILE_FUNCTIONS = ("lower", "_cached_lowering", "_create_pjit_jaxpr", "trace_to_jaxpr", "_infer_params")
 _BARRIER_FUNCTIONS = ("sync_global_devices", "wait_at_barrier", "barrier")
+# Library files whose frames say the thread waits on its child or on the network (paths end so).
+_CHILD_FILES = ("/subprocess.py", "/multiprocessing/popen_fork.py", "/multiprocessing/popen_spawn_posix.py")
+_NETWORK_FILES = ("/socket.py", "/ssl.py", "/http/client.py", "/urllib/request.py", "/xmlrpc/client.py")
+_NETWORK_PACKAGES = ("/urllib3/", "/requests/", "/httpx/", "/httpcore/", "/aiohttp/", "/grpc/", "/botocore/",
+                     "/boto3/", "/s3transfer/", "/google/cloud/", "/google/auth/", "/fsspec/", "/gcsfs/", "/s3fs/")
+_CALLBACK_FILES = ("jax/_src/callback.py",)
+# Builtin calls a job's line may make (no Python frame below it) that wait on a child or the network.
+_CHILD_CALLS = {"os.system", "os.wait", "os.waitpid", "os.wait3", "os.wait4", "os.waitid"}
+_NETWORK_MODULES = ("socket", "_socket", "ssl", "_ssl")
 
 
 def _library_roots() -> tuple[str, ...]:
@@ -148,6 +167,12 @@ def _kind_of_frame(filename: str, function: str) -> tuple[str, str] | None:
         return None
     if "/orbax/" in path:
         return "checkpoint", f"orbax {function}"
+    if any(path.endswith(f) for f in _CALLBACK_FILES):
+        return "callback", function
+    if any(path.endswith(f) for f in _CHILD_FILES):
+        return "child", function
+    if any(path.endswith(f) for f in _NETWORK_FILES) or any(p in path for p in _NETWORK_PACKAGES):
+        return "network", function
     if "/mpi4jax/" in path:
         return "mpi4jax", f"mpi4jax.{function}"
     if "/jax/" in path or "/jaxlib/" in path:
@@ -169,9 +194,10 @@ def phase(thread_id: int, frames: list[tuple[str, int, str]] | None = None) -> s
     return None
 
 
-def place(thread_id: int) -> dict:
-    """{"kind", "detail", "where"} of the thread (see the module doc)."""
-    frames = stack_of(thread_id)
+def place(thread_id: int, frames: list[tuple[str, int, str]] | None = None) -> dict:
+    """{"kind", "detail", "where"} of the thread (see the module doc). `frames`: stack_of(thread_id),
+    if read already."""
+    frames = stack_of(thread_id) if frames is None else frames
     if not frames:
         return {"kind": "own", "detail": None, "where": "(no Python frame)"}
     own_index = next((i for i, f in enumerate(frames) if is_own_code(f[0])), None)
@@ -191,6 +217,11 @@ def place(thread_id: int) -> dict:
     checkpoint = [d for k, d in kinds if k == "checkpoint"]
     if checkpoint:
         return {"kind": "checkpoint", "detail": checkpoint[-1], "where": where}
+    # The job's own function running as XLA's host callback (pure_callback runs it in the thread
+    # that dispatched the computation): whatever it does, its peers wait for XLA, not for a culprit.
+    callback = [d for k, d in kinds if k == "callback"]
+    if callback:
+        return {"kind": "callback", "detail": callback[-1], "where": where}
     if inner_kinds:
         return {"kind": inner_kinds[0][0], "detail": inner_kinds[-1][1], "where": where}
     if own_index is not None:
@@ -278,4 +309,10 @@ def _kind_of_callable(value, label: str) -> tuple[str, str]:
         return "mpi", label  # the program's own MPI call (comm.Barrier(), comm.allreduce(...))
     if own_module.startswith("jax"):
         return "xla", label
+    if label in _CHILD_CALLS or own_module == "subprocess":
+        return "child", label
+    owner = getattr(value, "__objclass__", None) or getattr(value, "__self__", None)
+    owner_module = getattr(owner if isinstance(owner, type) else type(owner), "__module__", "") or ""
+    if owner_module in _NETWORK_MODULES or own_module in _NETWORK_MODULES:
+        return "network", label
     return "own", label

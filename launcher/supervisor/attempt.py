@@ -24,7 +24,7 @@ from ..states import CANCEL_EVENT, Cause, JobState
 from .. import stragglers
 from . import root_cause
 from .watchdog import HangWatchdog, describe_setting
-from .processes import kill_job_processes
+from .processes import RankProcesses, kill_job_processes
 from .streams import LauncherOutput, StreamForwarder, forward
 
 POLL_SECONDS = 0.1
@@ -78,6 +78,7 @@ class AttemptRunner:
     def one_attempt(self, attempt: int) -> tuple[str, dict | None, str | None]:
         self.run.logs.mkdir(parents=True, exist_ok=True)
         self.watchdog = HangWatchdog(self.spec.hang_timeout, size=self.spec.num_processes)
+        self.rank_processes = RankProcesses(self.run.path)
         self.channel = ControlServer(self.run, self.control_host, size=self.spec.num_processes,
                                      watchdog=self.watchdog).start()
         self.run.log_event("attempt_started", attempt=attempt)  # the goodput timeline (launcher/rundir/goodput.py)
@@ -212,6 +213,9 @@ class AttemptRunner:
         if requests:
             first = min(requests, key=lambda r: r["time"])
             return first["reason"], first["message"]
+        states = self.rank_processes.states(self.channel.started())
+        if states:
+            self.watchdog.process_states(states)
         hung = self.watchdog.check()
         if hung is not None:
             return Cause.HANG, hung

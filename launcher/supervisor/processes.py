@@ -94,3 +94,42 @@ def _alive(pid: int) -> bool:
     except (OSError, IndexError):
         return False
     return state != "Z"
+
+
+class RankProcesses:
+    """The states of the job's rank processes that run on this machine (/proc/PID/stat), for the
+    hang watchdog: a rank stopped (T) or dead and unreaped (Z) is a hang of its own. A pid is
+    taken as the rank's only once its environment shows this job's run directory (another host's
+    pid, or a reused one, is left out), and read at most every `every` seconds."""
+
+    def __init__(self, run_dir: str | Path, every: float = 1.0):
+        self.wanted = str(Path(run_dir).absolute()).encode()
+        self.every = every
+        self._ours: dict[int, bool] = {}  # pid -> whether it is this job's
+        self._next = 0.0
+
+    def states(self, started: list[dict]) -> dict[int, str | None] | None:
+        """rank -> its state letter (None: gone) for the started ranks here; None between reads."""
+        now = time.monotonic()
+        if now < self._next:
+            return None
+        self._next = now + self.every
+        found: dict[int, str | None] = {}
+        for record in started:
+            pid, rank = record.get("pid"), record.get("rank")
+            if not isinstance(pid, int) or not isinstance(rank, int):
+                continue
+            if pid not in self._ours:
+                self._ours[pid] = _environ(pid).get(RUN_DIR_ENV.encode()) == self.wanted
+            if self._ours[pid]:
+                found[rank] = process_state(pid)
+        return found
+
+
+def process_state(pid: int) -> str | None:
+    """The one-letter state of a process (R, S, D, T, t, Z, ...), None when it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_bytes().rpartition(b")")[2].split()
+    except OSError:
+        return None
+    return fields[0].decode() if fields else None

@@ -22,7 +22,8 @@ import os
 WAITING_KINDS = ("xla", "collective", "barrier", "mpi4jax", "mpi")  # as launcher/rank/stacks.py
 KIND_WORDS = {"xla": "in XLA", "collective": "in a launcher collective", "barrier": "at a barrier",
               "mpi4jax": "in mpi4jax", "mpi": "in MPI", "checkpoint": "in a checkpoint save or restore",
-              "compiling": "compiling", "own": "in its own code"}
+              "compiling": "compiling", "own": "in its own code", "child": "waiting on its child process",
+              "network": "waiting on the network", "callback": "in a host callback"}
 
 
 def _short(where: str | None) -> str:
@@ -85,7 +86,9 @@ def roll_call(num_processes: int, rank_states: list[dict], finished_ranks=frozen
     if waiting_key is not None:
         kind, where, detail = waiting_key
         waiting = {"kind": kind, "where": where, "detail": detail, "ranks": waiting_ranks}
-    culprits = others if waiting is not None and others else []
+    # A rank waiting for a peer somewhere else (another collective) holds nobody up by itself: the
+    # culprits are the ranks that do not wait for a peer, never a waiting group picked by rank number.
+    culprits = [o for o in others if o["kind"] not in WAITING_KINDS] if waiting is not None else []
     return {"line": _line(num_processes, waiting, others), "waiting": waiting, "culprits": culprits}
 
 
@@ -111,6 +114,8 @@ def _line(num_processes: int, waiting: dict | None, others: list[dict]) -> str:
     for other in shown:
         if other["kind"] is None:
             parts.append(f"{_named(other)} {other['why']}")
+        elif other["kind"] in WAITING_KINDS:
+            parts.append(f"{_named(other)} waits for a peer elsewhere: {other['why']}")
         else:
             parts.append(f"{_named(other)} is elsewhere: {other['why']}")
     more = f"; and {len(others) - 4} more ranks elsewhere" if len(others) > 4 else ""

@@ -40,7 +40,8 @@ def test_the_watchdog_waits_for_the_first_report_then_fires_after_hang_timeout()
     clock.now += 9.5
     assert dog.check() is None
     clock.now += 1
-    assert dog.check() == "no rank made progress for 10 s (hang_timeout: 10 s)"
+    assert dog.check().startswith("no rank made progress for 10 s (hang_timeout: 10 s; rule: reports); "
+                                  "set hang_timeout: 5m in the spec")
 
 
 def test_a_message_with_only_collective_arrivals_is_not_a_report():
@@ -95,8 +96,13 @@ def test_auto_is_the_floor_or_twenty_times_the_slowest_step():
 
 # --- the watchdog of programs that never report: the ranks' stacks -------------------------------
 
-def activity(stack, moved=0, busy=0.0, where=None):
-    return {"time": 0.0, "stack": stack, "moved": moved, "busy": busy, "where": where or f"prog.py:1 in {stack}"}
+def activity(stack, moved=0, busy=0.0, where=None, kind=None, children_busy=0.0, io=0.0):
+    """A rank's activity message; `kind` defaults from the stack's name (a monitor names the kind
+    of a place it stood still at): "step", "barrier", "xla-step" wait for peers, others are its own."""
+    if kind is None and not moved:
+        kind = "xla" if stack in ("step", "xla-step", "next-step") else "barrier" if stack == "barrier" else "own"
+    return {"time": 0.0, "stack": stack, "moved": moved, "busy": busy, "where": where or f"prog.py:1 in {stack}",
+            "kind": kind, "children_busy": children_busy, "io": io}
 
 
 def test_a_program_that_never_reports_is_ended_when_its_ranks_stall_apart_with_an_idle_culprit():
@@ -116,7 +122,10 @@ def test_a_program_that_never_reports_is_ended_when_its_ranks_stall_apart_with_a
     clock.now += 2
     found = dog.check()
     assert found.startswith(f"no rank made progress for {HANG_SPLIT_SECONDS + 1} s, and the ranks stand apart: "
-                            "rank 1 at prog.py:1 in loader, while 2 rank(s) wait at prog.py:1 in step"), found
+                            "rank 1 in its own code at prog.py:1 in loader, using no CPU, doing no I/O and with "
+                            "no busy child, while 2 rank(s) wait for them at prog.py:1 in step"), found
+    assert "rule: split" in found and "set hang_timeout: 5m in the spec if this rank is meant to wait" in found
+    assert dog.verdict == {"rule": "split", "culprits": [1]}
     assert dog.last_moved() == {0: HANG_SPLIT_SECONDS + 1, 1: HANG_SPLIT_SECONDS + 1, 2: HANG_SPLIT_SECONDS + 1}
 
 
@@ -124,12 +133,17 @@ def test_a_stack_that_moves_is_progress():
     clock = Clock()
     dog = HangWatchdog(10, clock, size=2)
     dog.activity(0, activity("a"))
-    dog.activity(1, activity("b"))
+    dog.activity(1, activity("step"))
     for _ in range(20):
         clock.now += 9
         dog.activity(0, activity("a", moved=1))  # rank 0 works: its stack changes between samples
+        dog.activity(1, activity("step"))
         assert dog.check() is None
-    clock.now += 10.5
+    for _ in range(5):  # both stand still, telling every 2 s as monitors do
+        clock.now += 2
+        dog.activity(0, activity("a"))
+        dog.activity(1, activity("step"))
+    clock.now += 0.5
     assert "stand apart" in dog.check()
 
 
@@ -150,7 +164,7 @@ def test_every_rank_at_one_place_gets_the_long_learned_bound_not_the_split_one()
     clock.now += HANG_FLOOR_SECONDS + 1
     assert dog.check() is None
     clock.now += HANG_STEP_FACTOR * 300.0
-    assert "every rank standing still (hang_timeout: auto, 100 min)" in dog.check()
+    assert "every rank standing still at one place (hang_timeout: auto, 100 min; rule: together)" in dog.check()
 
 
 def test_a_busy_rank_apart_from_the_rest_is_working_not_stalled():
@@ -172,21 +186,68 @@ def test_a_busy_rank_apart_from_the_rest_is_working_not_stalled():
     assert "every rank standing still" in dog.check()
 
 
-def test_two_ranks_two_places_stall_apart_only_when_neither_is_busy():
-    """With no larger group, the stacks cannot say which side waits: a busy rank may be the one
-    computing alone, so the split bound needs both idle (a gloo wait blocks; an MPI wait spins)."""
+def test_two_ranks_the_one_waiting_for_its_peer_is_never_the_culprit_whatever_its_cpu():
+    """An MPI wait spins (47-100% CPU, issue 51's finding 9): the rank in MPI waits for its peer and
+    the idle rank in its own code is the culprit on the split bound; a busy rank in its own code
+    (computing alone) is not."""
     from launcher.spec.model import HANG_SPLIT_SECONDS
 
     clock = Clock()
     dog = HangWatchdog("auto", clock, size=2)
-    dog.activity(0, activity("step", moved=1, busy=1.0))
-    dog.activity(1, activity("loader", moved=1))
+    dog.activity(0, activity("allreduce", moved=1, busy=1.0))
+    dog.activity(1, activity("loader", moved=1, busy=1.0))
     clock.now += HANG_SPLIT_SECONDS + 1
-    dog.activity(0, activity("step", busy=1.0))  # an MPI wait that spins
-    dog.activity(1, activity("loader"))
+    dog.activity(0, activity("allreduce", busy=1.0, kind="mpi"))  # an MPI wait that spins
+    dog.activity(1, activity("loader", busy=1.0))                 # computing alone: working
     assert dog.check() is None
-    dog.activity(0, activity("step", busy=0.0))
-    assert "and the ranks stand apart: rank 1 at prog.py:1 in loader" in dog.check()
+    dog.activity(1, activity("loader", busy=0.0))
+    found = dog.check()
+    assert "and the ranks stand apart: rank 1 in its own code at prog.py:1 in loader" in found, found
+    assert dog.verdict["culprits"] == [1]
+
+
+def test_two_ranks_at_two_places_the_culprit_is_the_rank_whose_evidence_says_stuck_never_the_lower_number():
+    """Issue 51's finding 4: with one rank on each side, the rank in its own code is named, whichever
+    its number; before, a 1-vs-1 tie was broken by rank number and the roll-call said otherwise."""
+    from launcher.spec.model import HANG_SPLIT_SECONDS
+
+    for stuck, waiting in ((0, 1), (1, 0)):
+        clock = Clock()
+        dog = HangWatchdog("auto", clock, size=2)
+        dog.activity(stuck, activity("busy.py:76", moved=1))
+        dog.activity(waiting, activity("busy.py:77", moved=1))
+        clock.now += HANG_SPLIT_SECONDS + 1
+        dog.activity(stuck, activity("busy.py:76", kind="own"))
+        dog.activity(waiting, activity("busy.py:77", kind="xla"))
+        found = dog.check()
+        assert f"stand apart: rank {stuck} in its own code at prog.py:1 in busy.py:76" in found, found
+        assert dog.verdict == {"rule": "split", "culprits": [stuck]}
+        roll = rollcall.roll_call(2, [state(stuck, "own", "busy.py:76 in main", "time.sleep"),
+                                      state(waiting, "xla", "busy.py:77 in main", "step")])
+        assert [c["rank"] for c in roll["culprits"]] == [stuck]
+
+
+def test_two_ranks_waiting_for_peers_at_two_places_have_no_culprit_and_the_long_bound():
+    """A deadlock between two collectives: each rank waits for the other. Nobody is blamed by number;
+    the job is ended on the together bound, and the roll-call names no culprit."""
+    from launcher.spec.model import HANG_FLOOR_SECONDS, HANG_SPLIT_SECONDS
+
+    clock = Clock()
+    dog = HangWatchdog("auto", clock, size=2)
+    dog.activity(0, activity("allreduce", moved=1))
+    dog.activity(1, activity("barrier", moved=1))
+    clock.now += HANG_SPLIT_SECONDS * 2
+    dog.activity(0, activity("allreduce", kind="mpi"))
+    dog.activity(1, activity("barrier", kind="barrier"))
+    assert dog.check() is None
+    clock.now += HANG_FLOOR_SECONDS
+    dog.activity(0, activity("allreduce", kind="mpi"))
+    dog.activity(1, activity("barrier", kind="barrier"))
+    assert "each waiting for a peer at a different place" in dog.check()
+    assert dog.verdict == {"rule": "together", "culprits": []}
+    roll = rollcall.roll_call(2, [state(0, "mpi", "a.py:1 in main", "comm.allreduce"),
+                                  state(1, "barrier", "a.py:2 in main", "launcher.barrier")])
+    assert roll["culprits"] == [] and "waits for a peer elsewhere" in roll["line"]
 
 
 def test_compiling_and_checkpoints_count_for_stacks_as_for_reports():
@@ -209,13 +270,13 @@ def test_stacks_are_judged_only_once_every_running_rank_has_spoken_and_a_finishe
 
     clock = Clock()
     dog = HangWatchdog(10, clock, size=2)
-    dog.activity(0, activity("a", moved=1))
+    dog.activity(0, activity("step", moved=1))
     clock.now += SILENT_SECONDS - 1
-    dog.activity(0, activity("a"))
+    dog.activity(0, activity("step"))
     assert dog.check() is None  # rank 1 has not said where it stands yet: start-up's grace
     dog.activity(1, activity("b"))
     clock.now += 11
-    dog.activity(0, activity("a"))
+    dog.activity(0, activity("step"))
     dog.activity(1, activity("b"))
     assert "stand apart" in dog.check()
     dog.finish(1)  # rank 1 returned from main: rank 0 alone, at one place
@@ -313,11 +374,13 @@ def test_the_roll_call_takes_the_largest_waiting_group_and_on_a_tie_the_one_with
               state(4, "own", "/a/loader.py:41 in read_batch", "time.sleep")]
     roll = rollcall.roll_call(5, states)
     assert roll["waiting"]["kind"] == "xla" and roll["waiting"]["ranks"] == [1, 2, 3]
-    assert [c["rank"] for c in roll["culprits"]] == [0, 4]
+    # Rank 0 waits at a barrier: elsewhere, but for a peer; the culprit is the rank in its own code.
+    assert [c["rank"] for c in roll["culprits"]] == [4]
+    assert "rank 0 on n0 waits for a peer elsewhere" in roll["line"]
     tie = [state(0, "own", "/a/t.py:2 in main"), state(1, "barrier", "/a/t.py:9 in main", "launcher.barrier"),
            state(2, "xla", "/a/t.py:5 in main", "step")]
     roll = rollcall.roll_call(3, tie)
-    assert roll["waiting"]["ranks"] == [1] and [c["rank"] for c in roll["culprits"]] == [0, 2]
+    assert roll["waiting"]["ranks"] == [1] and [c["rank"] for c in roll["culprits"]] == [0]
 
 
 def test_the_roll_call_reads_a_rank_state_without_a_place_from_its_collective():
@@ -496,7 +559,8 @@ def test_explain_shows_the_limits_in_force(write_spec):
 
     spec = load_spec(write_spec("name: x\nentrypoint: m:f\nhang_timeout: 2m\n"))
     assert watchdog_lines(spec) == [
-        "hang watchdog: 2 min; a checkpoint save or restore gets 8 min; compiling is not counted",
+        "hang watchdog: 2 min; a checkpoint save or restore gets 8 min; a compile that stands still gets 30 min "
+        "(or 4x the longest so far); a rank stopped 5 s or silent 10 s is a culprit",
         "progress: each ctx.report() and, in a job that never reports (most programs), each rank's stack moving",
         "a launcher collective may wait 30 min; the whole job has no time limit (timeout: null)"]
 
