@@ -31,6 +31,17 @@ def test_an_unknown_backend_names_the_registry(monkeypatch):
         backends.get_backend("k8s")
 
 
+def test_a_registered_class_missing_from_its_module_is_a_usage_error_naming_the_fix(monkeypatch):
+    """The module is there, the class is not (a typo in the entry point): no traceback (issue 55)."""
+    monkeypatch.setenv("JAXLAUNCH_BACKENDS", "k8s=launcher.backends.local:LocalBakend")
+    with pytest.raises(UsageError) as refused:
+        backends.get_backend("k8s")
+    assert str(refused.value).startswith("backend 'k8s' (launcher.backends.local:LocalBakend) cannot be loaded: "
+                                         "module 'launcher.backends.local' has no attribute 'LocalBakend'")
+    assert "fix: install the package that provides it, or correct its entry point or JAXLAUNCH_BACKENDS" \
+        in str(refused.value)
+
+
 @pytest.mark.parametrize("argv", [["submit", "job.yaml", "--backend", "k8s"], ["explain", "job.yaml", "--target", "k8s"],
                                   ["drill", "job.yaml", "--target", "k8s"], ["render", "job.yaml", "--target", "k8s"]])
 def test_every_backend_choice_of_the_command_line_reads_the_registry(argv, monkeypatch, tmp_path):

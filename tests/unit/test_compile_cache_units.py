@@ -56,6 +56,19 @@ def test_an_existing_cache_folder_is_made_private_too(tmp_path):
     assert stat.S_IMODE(folder.stat().st_mode) == 0o700
 
 
+def test_a_cache_folder_that_is_a_symbolic_link_is_refused_even_to_a_folder_of_ours(tmp_path):
+    """Whoever can replace the link can point the cache at executables of theirs (issue 55)."""
+    real = tmp_path / "real"
+    real.mkdir(mode=0o700)
+    link = tmp_path / "cache"
+    link.symlink_to(real, target_is_directory=True)
+    with pytest.raises(compile_cache.UnsafeCacheError, match="is not a folder .a symbolic link or a file."):
+        compile_cache.environment(link, {})
+    with pytest.raises(compile_cache.UnsafeCacheError, match="is not a folder"):
+        compile_cache.environment(link / "k", {}, private_parent=True)  # the run directory's compile-cache/
+    assert compile_cache.environment(real, {})["JAX_COMPILATION_CACHE_DIR"] == str(real)
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to make a folder another user owns")
 def test_a_cache_folder_another_user_owns_or_anyone_can_write_is_refused(tmp_path):
     """Issue 44, item 14 (reproduced): a chosen compile_cache folder owned by uid 65534, mode 0777,

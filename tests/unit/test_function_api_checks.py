@@ -1,6 +1,7 @@
 """The function API (launcher.Executor) refuses before anything runs: a capture that cannot be
 pickled, a bad executor field (the spec error a file gets); an executor takes a spec file, its
-overrides and fields. Functions run under a real mpirun in tests/e2e/test_function_api.py."""
+overrides and fields; a rank refuses a pickle from another Python minor version. Functions run under
+a real mpirun in tests/e2e/test_function_api.py."""
 
 import threading
 
@@ -48,3 +49,16 @@ def test_an_executor_takes_a_spec_file_its_overrides_and_fields_and_ignores_its_
     assert launcher.Executor("local").job_spec(test_a_bad_executor_field_is_the_spec_error_a_file_gets).name == \
         "test_a_bad_executor_field_is_the_spec_error_a_file_gets"
     assert launcher.Executor("local").job_spec(lambda ctx: 1).name == "lambda"
+
+
+def test_a_pickle_from_another_patch_release_of_this_python_runs_and_one_from_another_minor_is_refused(tmp_path):
+    """Pickles are compatible across a minor version's patch releases (a node a patch behind the
+    login node is common): only major.minor is compared (issue 55)."""
+    import sys
+
+    from launcher.rank.function_job import FunctionVersionError, check_versions
+
+    major, minor, micro = sys.version_info[:3]
+    check_versions({"python": f"{major}.{minor}.{micro + 1}", "jaxlaunch": launcher.__version__}, tmp_path)
+    with pytest.raises(FunctionVersionError, match=rf"Python {major}\.{minor + 1}\.{micro} there"):
+        check_versions({"python": f"{major}.{minor + 1}.{micro}", "jaxlaunch": launcher.__version__}, tmp_path)

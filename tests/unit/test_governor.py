@@ -41,12 +41,33 @@ def test_nothing_known_of_the_place_is_not_the_same_place():
     assert governor.repeated(AttemptEnd(0, "exception"), AttemptEnd(1, "exception")) is None
 
 
+def test_a_script_that_never_reports_a_step_failing_twice_at_one_place_is_not_tried_again():
+    """The place alone says it is the same failure: no step is needed (issue 55)."""
+    where = "ValueError at /job/train.py:40 in step"
+    previous, current = exception(0, step=None, checkpoint=None), exception(1, step=None, checkpoint=None)
+    assert governor.repeated(previous, current) == (
+        f"the program's own exception, twice at the same place: {where} (attempts 0 and 1, no checkpoint written "
+        f"between): not tried again")
+    elsewhere = exception(1, step=None, checkpoint=None, where="KeyError at /job/train.py:9 in load")
+    assert governor.repeated(previous, elsewhere) is None
+
+
 def test_an_exception_is_classified_by_its_type_and_innermost_frame_and_the_failing_ranks_step(tmp_path):
     run = run_dir(tmp_path)
     failure = {"first_failure": {"kind": "exception", "error": "ValueError: corrupt batch 3 on rank 1",
                                  "traceback": TRACEBACK, "step": 40, "source": "rank"}}
     end = governor.classify(2, failure, None, run, 0.0)
     assert end == AttemptEnd(2, "exception", where="ValueError at /job/train.py:40 in step", step=40, checkpoint=None)
+
+
+def test_the_place_of_an_exception_is_the_innermost_frame_of_a_deep_traceback(tmp_path):
+    """A job that raises in a function main calls: the frame that raised, not main's call of it (issue 55)."""
+    deep = ('Traceback (most recent call last):\n  File "/job/train.py", line 90, in main\n    step(batch)\n'
+            '  File "/job/model.py", line 12, in forward\n    return layer(x)\n'
+            '  File "/job/train.py", line 40, in step\n    raise ValueError\n')
+    failure = {"first_failure": {"kind": "exception", "error": "ValueError: corrupt batch", "traceback": deep,
+                                 "source": "rank"}}
+    assert governor.classify(0, failure, None, run_dir(tmp_path), 0.0).where == "ValueError at /job/train.py:40 in step"
 
 
 def test_a_hang_is_classified_by_the_roll_calls_culprits_and_a_lost_node_as_the_machines(tmp_path):
@@ -58,6 +79,16 @@ def test_a_hang_is_classified_by_the_roll_calls_culprits_and_a_lost_node_as_the_
     assert end.programs
     lost = governor.classify(0, failure, None, run, 0.0, machine_cause="node_failure")
     assert lost.cause == "node_failure" and not lost.programs
+
+
+def test_a_collective_timeout_is_the_programs_hang_at_the_roll_calls_place(tmp_path):
+    """A launcher collective that waited past collective_timeout: a hang of the program, so the same
+    one twice is not tried again (issue 55)."""
+    failure = {"hang": {"roll_call": {"culprits": [{"rank": 1, "where": "hangs.py:30 in read_batch"}]}}}
+    ends = [governor.classify(attempt, failure, "collective_timeout", run_dir(tmp_path / str(attempt)), 0.0)
+            for attempt in (0, 1)]
+    assert (ends[0].cause, ends[0].where, ends[0].programs) == ("hang", "rank 1 hangs.py:30 in read_batch", True)
+    assert governor.repeated(*ends) is not None
 
 
 def test_an_exit_the_launcher_saw_is_the_programs_exit(tmp_path):

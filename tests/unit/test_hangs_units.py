@@ -472,6 +472,16 @@ def test_a_rank_inside_should_stop_waits_for_its_peers():
     assert stacks._kind_of_frame(stacks.LAUNCHER_DIR + "rank/preemption.py", "_on_usr2") is None
 
 
+def test_an_installed_package_in_dist_packages_is_a_library_not_the_jobs_code():
+    """Debian's and Ubuntu's Pythons install packages into dist-packages (issue 55); this one lies
+    outside every library root of this interpreter, so only its folder's name says so."""
+    for folder in ("dist-packages", "site-packages"):
+        assert not stacks.is_own_code(f"/opt/python3/{folder}/tqdm/std.py")
+    assert stacks.is_own_code("/opt/python3/job/tqdm/std.py")
+    frames = [("/opt/python3/dist-packages/tqdm/std.py", 1180, "__iter__"), ("/job/train.py", 40, "main")]
+    assert stacks.innermost_place(frames) == "/job/train.py:40 in main"
+
+
 # --- a barrier's own timeout, through the rank's monitor ---------------------------------------
 
 class Recorder:
@@ -501,6 +511,25 @@ def test_a_barrier_past_its_timeout_asks_the_supervisor_to_stop_the_job(tmp_path
     assert "barrier 'epoch' #1 on rank 0 waited 0 s, past its timeout=0.3 s" == aborts[0].message
     tracker.leave()
     assert tracker.blocking_timeout is None
+
+
+def test_a_ranks_where_for_the_watchdog_is_the_innermost_frame_of_its_own_code(monkeypatch):
+    """The monitor's activity message (the watchdog's stall place) and its state (logs/rank-N.state.json) name
+    the frame of the job's own code nearest the library, not the outer main (issue 55)."""
+    from launcher.rank import monitor as rank_monitor
+    from launcher.rank.tracker import CollectiveTracker
+
+    frames = [("/opt/python3/site-packages/jax/_src/pjit.py", 300, "cache_miss"),  # innermost first
+              ("/job/model.py", 12, "forward"), ("/job/train.py", 90, "main")]
+    monkeypatch.setattr(stacks, "stack_of", lambda thread_id: frames)
+    monkeypatch.setattr(rank_monitor, "ACTIVITY_SECONDS", 0)  # an activity message at the first poll
+    monitor = rank_monitor.RankMonitor(run=None, rank=1, size=2, collective_timeout=None, tracker=CollectiveTracker())
+    recorder = Recorder()
+    monitor.send = recorder.send
+    monitor.report_phase()
+    assert [record.where for kind, record in recorder.sent if kind == "activity"] == ["/job/model.py:12 in forward"]
+    state = monitor.state("stop")
+    assert (state["where"], state["place"]["where"]) == ("/job/model.py:12 in forward",) * 2
 
 
 def test_barrier_refuses_a_timeout_that_is_not_positive():

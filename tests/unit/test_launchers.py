@@ -1,5 +1,6 @@
 """The launchers (launcher/launchers/): mpirun's and srun's command lines, what they print when a
-rank fails, and which MPI mpirun is (doctor's comparison of mpirun with mpi4py's library)."""
+rank fails, the variables that tell a rank who it is, and which MPI mpirun is (doctor's comparison
+of mpirun with mpi4py's library)."""
 
 import pytest
 
@@ -92,6 +93,26 @@ def test_srun_task_lists_and_the_line_order_of_its_reports():
     assert reports == [(1, 0, {"host": "n2", "signal": "SIGBUS", "error": "killed by SIGBUS"}),
                        (0, 2, {"host": "n1", "signal": "SIGTERM", "error": "killed by SIGTERM"}),
                        (2, 2, {"host": "n1", "signal": "SIGTERM", "error": "killed by SIGTERM"})]
+
+
+def test_a_ranks_process_is_found_by_mpiruns_variable_before_slurms(monkeypatch, tmp_path):
+    """mpirun's ranks in a Slurm batch job carry a SLURM_PROCID that is not their rank (the batch
+    script's 0, inherited): read first, it would make the drill signal the newest of them as rank 0
+    (issue 55). srun's ranks have only SLURM_PROCID."""
+    from launcher.backends import faults
+    from launcher.supervisor import processes
+
+    environments = {4100: {"OMPI_COMM_WORLD_RANK": "0", "SLURM_PROCID": "0"},  # mpirun's rank 0 and rank 1
+                    4101: {"OMPI_COMM_WORLD_RANK": "1", "SLURM_PROCID": "0"},
+                    4200: {"SLURM_PROCID": "2"}}  # a step srun started
+
+    def job_processes(run_dir, wanted):
+        return [pid for pid, env in environments.items() if all(env.get(k) == v for k, v in wanted.items())]
+
+    monkeypatch.setattr(processes, "job_processes", job_processes)
+    monkeypatch.setattr(processes, "is_output_pump", lambda pid: False)
+    monkeypatch.setattr(faults, "is_python", lambda pid: True)
+    assert [faults.rank_pid(tmp_path, rank) for rank in (0, 1, 2, 3)] == [4100, 4101, 4200, None]
 
 
 # --- doctor's mpirun and mpi4py rows (mpi_checks), from the probes' answers --------------------------

@@ -4,10 +4,17 @@ bar in a Slurm log), an unfinished line passed on live and put back together, th
 modes, and the launcher's own lines kept for the root cause. End to end: tests/e2e/test_corpus.py."""
 
 import os
+import subprocess
+import sys
+import types
+from pathlib import Path
 
 import pytest
 
-from launcher.rank.output import PARTIAL_LINE, Prefixer, Pump, split_segments
+import launcher
+from launcher.rank import output
+from launcher.rank.output import PARTIAL_LINE, PARTIAL_WAIT_SECONDS, Prefixer, Pump, split_segments
+from launcher.supervisor import streams
 from launcher.supervisor.streams import LauncherOutput, StreamForwarder
 
 
@@ -58,6 +65,48 @@ def test_the_pump_holds_a_lines_start_briefly_then_sends_it_marked_as_unfinished
     assert (tmp_path / "rank-0.log").read_bytes() == b"a line\n\r 10%|\r 20%|\n....s [100%]\n"  # as written
 
 
+def test_more_pieces_of_an_unfinished_line_do_not_restart_its_wait(tmp_path, monkeypatch):
+    """A bar's frame written in pieces goes out PARTIAL_WAIT_SECONDS after its first piece: a frame
+    that keeps growing faster than that is still shown (issue 55)."""
+    clock = [0.0]
+    monkeypatch.setattr(output, "time", types.SimpleNamespace(monotonic=lambda: clock[0]))
+    err = Console()
+    log = os.open(tmp_path / "rank-0.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    pump = Pump({1: -1, 2: -1}, {1: Console().write_end, 2: err.write_end}, log, b"[rank 0] ")
+    pump.feed(2, b"\r 10%|#")
+    clock[0] = 0.8 * PARTIAL_WAIT_SECONDS
+    pump.feed(2, b"##")
+    assert pump.flush_partial(1.2 * PARTIAL_WAIT_SECONDS) is None  # due: its first piece came long enough ago
+    assert err.read() == b"\r[rank 0]  10%|###" + PARTIAL_LINE + b"\n"
+
+
+# A rank whose stdout is a pipe (as under mpirun): what it prints must reach its log while it runs.
+PRINTS_AND_WAITS = """
+import os, sys, time
+from pathlib import Path
+from launcher.rank.output import RankOutput
+log, verdict = Path(sys.argv[1]), Path(sys.argv[2])
+buffered = not (sys.stdout.line_buffering or sys.stdout.write_through)  # a pipe: buffered by blocks
+RankOutput(log, 0).start()
+print("printed")
+deadline = time.monotonic() + 20
+while b"printed" not in log.read_bytes() and time.monotonic() < deadline:
+    time.sleep(0.05)
+verdict.write_text(f"{buffered} {b'printed' in log.read_bytes()}")
+os._exit(0)  # no flush at exit: only what came through while the rank ran counts
+"""
+
+
+def test_a_ranks_print_reaches_its_log_when_printed_not_at_exit(tmp_path):
+    """The rank's stdout is line-buffered once its output is piped to the pump (issue 55)."""
+    env = {name: value for name, value in os.environ.items() if name != "PYTHONUNBUFFERED"}
+    env["PYTHONPATH"] = str(Path(launcher.__file__).parent.parent)
+    verdict = tmp_path / "verdict"
+    subprocess.run([sys.executable, "-c", PRINTS_AND_WAITS, str(tmp_path / "rank-0.log"), str(verdict)], env=env,
+                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60, check=True)
+    assert verdict.read_text() == "True True"  # block-buffered before start; the line was in the log while it ran
+
+
 def forwarded(mode="tagged", *chunks, tmp_path):
     shown = []
     launcher = LauncherOutput(tmp_path / "launcher.log")
@@ -74,6 +123,21 @@ def test_the_supervisor_puts_an_unfinished_line_back_together_and_shows_it_at_on
                             b"\n", b"\n[rank 1] hello\n", tmp_path=tmp_path)
     assert shown == b"[rank 0]  10%|\r[rank 0]  20%|\n[rank 1] hello\n"
     assert said == []  # every line was a rank's
+
+
+def test_the_launchers_own_lines_are_timed_when_the_first_of_them_came(tmp_path, monkeypatch):
+    """The root cause orders the launcher's word against the ranks' failures by this time (issue 55)."""
+    clock = [1000.0]
+    monkeypatch.setattr(streams, "time", types.SimpleNamespace(time=lambda: clock[0]))
+    said = LauncherOutput(tmp_path / "launcher.log")
+    said.add(b"\n")
+    assert said.first_seen is None  # a blank line says nothing
+    clock[0] = 1001.0
+    said.add(b"prterun noticed that process rank 1 exited\n")
+    clock[0] = 1005.0
+    said.add(b"a later line\n")
+    said.close()
+    assert said.first_seen == 1001.0
 
 
 @pytest.mark.parametrize("mode, expected", [

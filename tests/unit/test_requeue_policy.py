@@ -60,6 +60,15 @@ def test_an_older_slurm_with_the_word_in_its_parameters_does_not_expedite():
     assert not parse_policy(config("24.11.1", scheduler_parameters="requeue_delay=5,enable_expedited_requeue")).expedite
 
 
+def test_an_older_slurms_requeue_delay_is_not_its_delay():
+    """requeue_delay is 25.11's word: an older Slurm ignores it and waits cred_expire or its default (issue 55)."""
+    older = parse_policy(config("24.11.1", auth="cred_expire=70", scheduler_parameters="requeue_delay=5"))
+    assert (older.delay_seconds, older.delay_from) == (70, "AuthInfo cred_expire")
+    assert parse_policy(config("24.11.1", scheduler_parameters="requeue_delay=5")).delay_seconds == 120
+    newer = parse_policy(config("25.11.0", auth="cred_expire=70", scheduler_parameters="requeue_delay=5"))
+    assert (newer.delay_seconds, newer.delay_from) == (5, "SchedulerParameters requeue_delay")
+
+
 def test_a_parameter_that_only_contains_the_name_is_not_the_switch():
     assert not parse_policy(config("25.11.0", slurmctld_parameters="no_enable_expedited_requeue_x")).expedite
 

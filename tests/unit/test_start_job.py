@@ -170,6 +170,22 @@ def test_ctrl_c_while_run_follows_a_sweep_cancels_every_array_and_submit_wait_le
     assert "stopped following jobs s_1, s_2; they go on (jaxlaunch cancel s_1 s_2)" in result.stderr
 
 
+def test_a_followed_sweep_exits_0_only_when_every_task_completed(scripted, monkeypatch):
+    """Issue 55: the exit code of `run --sweep` elsewhere, and of `submit --sweep --wait`."""
+    make, spec = scripted
+    tables = []
+    monkeypatch.setattr("launcher.cli.start_job.print_results_table", tables.append)
+    for states, code in (([JobState.COMPLETED, JobState.COMPLETED], 0), ([JobState.COMPLETED, JobState.FAILED], 1),
+                         ([JobState.TIMEOUT, JobState.COMPLETED], 1)):
+        for command in (["run"], ["submit", "--wait"]):
+            backend = make()
+            tasks = [types.SimpleNamespace(state=state) for state in states]
+            backend.wait_for_sweep = lambda directory, echo, tasks=tasks: tasks
+            result = invoke(*command, spec, "--backend", "scripted", "--sweep", "params.a=1,2")
+            assert result.exit_code == code, (command, states, result.output)
+    assert len(tables) == 6  # the results table each time
+
+
 def test_submit_without_wait_prints_the_id_on_stdout_and_returns(scripted):
     make, spec = scripted
     backend = make(here=True)  # submit never runs a job in the foreground, even where it could
