@@ -116,7 +116,7 @@ class Activity:
     # Evidence of work beside the stack (launcher/rank/evidence.py); absent from older ranks.
     children_busy: float = 0.0  # CPU seconds per second of the rank's descendant processes
     io: float = 0.0         # bytes per second the rank moved to or from storage, or its descendants moved
-    kind: str | None = None  # what the main thread does where it stands still (stacks.py's kinds), else None
+    doing: str | None = None  # what the main thread does where it stands still (stacks.py's kinds), else None
 
 
 @dataclass
@@ -151,7 +151,7 @@ OPTIONAL_FIELDS: dict[str, dict[str, tuple]] = {
     "state": {"host": (str,), "where": (str, type(None)), "collectives_started": (int,),
               "collectives_completed": (int,), "waiting_in": (dict, type(None)), "place": (dict,)},
     "phase": {"phase": (str, type(None))},
-    "activity": {"children_busy": NUMBER, "io": NUMBER, "kind": (str, type(None))},
+    "activity": {"children_busy": NUMBER, "io": NUMBER, "doing": (str, type(None))},
     "done": {"stopped": (dict, type(None))},
 }
 

@@ -282,4 +282,5 @@ class AttemptRunner:
             started_ranks=started,
             rank_states=self.channel.rank_states() if stop_reason else [],
             log_tail=self.run.rank_log_tail, launcher_exit_code=returncode, attempt=attempt, seen_at=first_seen,
-            detail=detail, launcher_tail=launcher_lines)
+            detail=detail, launcher_tail=launcher_lines,
+            named=(self.watchdog.verdict or {}).get("culprits") if stop_reason == Cause.HANG else None)

@@ -55,7 +55,7 @@ def _what(place: dict) -> str:
 
 
 def roll_call(num_processes: int, rank_states: list[dict], finished_ranks=frozenset(),
-              hosts: dict[int, str] | None = None) -> dict:
+              hosts: dict[int, str] | None = None, named: list[int] | None = None) -> dict:
     """{"line", "waiting": {"kind", "where", "detail", "ranks"} or None, "culprits": [{"rank",
     "host", "kind", "where", "detail", "why"}]}: see the module doc."""
     hosts = hosts or {}
@@ -89,7 +89,17 @@ def roll_call(num_processes: int, rank_states: list[dict], finished_ranks=frozen
     # A rank waiting for a peer somewhere else (another collective) holds nobody up by itself: the
     # culprits are the ranks that do not wait for a peer, never a waiting group picked by rank number.
     culprits = [o for o in others if o["kind"] not in WAITING_KINDS] if waiting is not None else []
-    return {"line": _line(num_processes, waiting, others), "waiting": waiting, "culprits": culprits}
+    line = _line(num_processes, waiting, others)
+    if named:
+        # One verdict: the ranks the hang watchdog named from the evidence it had (a stopped
+        # process, a silent rank, an idle rank apart) are the culprits, whatever they answered at
+        # the stop (a stopped rank that mpirun's teardown woke answers from where it froze).
+        by_number = {o["rank"]: o for o in others}
+        culprits = [by_number.get(r) or {"rank": r, "host": (by_rank.get(r) or {}).get("host") or hosts.get(r),
+                                         "kind": None, "where": None, "detail": None,
+                                         "why": "named by the hang watchdog"} for r in named]
+        line += "; the watchdog named " + ", ".join(_named(c) for c in culprits[:4])
+    return {"line": line, "waiting": waiting, "culprits": culprits}
 
 
 def _named(record: dict) -> str:

@@ -76,7 +76,7 @@ def build_failure(*, state: str, reason: str, num_processes: int, rank_errors: l
                   abort_requests: list[dict], launcher_reports: list[dict], reports_every_task: bool,
                   finished_ranks: set[int], started_ranks: dict[int, str], rank_states: list[dict],
                   log_tail, launcher_exit_code: int | None, attempt: int, seen_at: float,
-                  detail: str = "", launcher_tail: list[str] = ()) -> dict:
+                  detail: str = "", launcher_tail: list[str] = (), named: list[int] | None = None) -> dict:
     """The failure.json document. Its keys:
 
     | key | meaning |
@@ -169,7 +169,7 @@ def build_failure(*, state: str, reason: str, num_processes: int, rank_errors: l
     if rank_states or reason in (*HANG_REASONS, Cause.CANCELLED):
         document["hang"] = hang_report(num_processes, rank_states, abort_requests, finished_ranks)
         if reason in HANG_REASONS:
-            roll = rollcall.roll_call(num_processes, rank_states, finished_ranks, started_ranks)
+            roll = rollcall.roll_call(num_processes, rank_states, finished_ranks, started_ranks, named=named)
             document["hang"]["roll_call"] = roll
             if roll["culprits"]:
                 document["summary"] = f"{summary}; " + "; ".join(

@@ -96,7 +96,9 @@ def stand_apart(stacks: dict[int, dict]) -> tuple[list[int], bool]:
     apart = sorted(set(stacks) - waiting)
     if not waiting or not apart:
         return apart if waiting else [], False
-    strong = all(kinds[r] in (None, "own", CHECKPOINT) and not working(stacks[r]) for r in apart)
+    # A rank whose last word had no kind was moving then: not yet known to stand anywhere.
+    known = any(kind is not None for kind in kinds.values())
+    strong = all((kinds[r] in ("own", CHECKPOINT) or not known) and not working(stacks[r]) for r in apart)
     return apart, strong
 
 
@@ -196,7 +198,7 @@ class HangWatchdog:
                 self.last_move = moved_at = now
             self.stacks[rank] = {"stack": message.get("stack"), "where": message.get("where"),
                                  "busy": message.get("busy") or 0.0, "children_busy": message.get("children_busy") or 0.0,
-                                 "io": message.get("io") or 0.0, "kind": message.get("kind"),
+                                 "io": message.get("io") or 0.0, "kind": message.get("doing"),
                                  "moved_at": moved_at, "at": now}
 
     def finish(self, rank: int) -> None:
@@ -260,7 +262,7 @@ class HangWatchdog:
             return None
         if self.hang_timeout != AUTO:
             return float(self.hang_timeout), float(self.hang_timeout)
-        together = max(HANG_FLOOR_SECONDS * self.scale, HANG_STEP_FACTOR * max(self.longest_still, self.slowest_step))
+        together = max(HANG_FLOOR_SECONDS, HANG_STEP_FACTOR * max(self.longest_still, self.slowest_step)) * self.scale
         return HANG_SPLIT_SECONDS * self.scale, together
 
     def _found(self, rule: str, culprits: list[int], message: str) -> str:
@@ -328,7 +330,12 @@ class HangWatchdog:
             if len(silent) == len(running) and not self.finished:
                 silent = []  # nobody tells: the channel's fault, not the ranks'
             overdue = [r for r, age in late.items() if OVERDUE_SECONDS <= age < SILENT_SECONDS]
-            # A rank that cannot tell uses no CPU that counts and stands nowhere it named.
+            # A rank silent where it last waited for a peer is most likely still waiting there, in an
+            # MPI call that keeps the GIL while it polls (mpi4py's pickled collectives do): it waits;
+            # the culprit is the rank its peers wait for. Any other silent rank uses no CPU that
+            # counts and stands nowhere it named.
+            silent_waiting = {r for r in silent if (self.stacks.get(r) or {}).get("kind") in WAITING_KINDS}
+            silent = [r for r in silent if r not in silent_waiting]
             stacks = {r: {**e, "busy": 0.0, "children_busy": 0.0, "io": 0.0, "kind": None} if r in silent else e
                       for r, e in self.stacks.items()}
             phases = {r: p for r, p in self.phases.items() if r in running and r not in silent}
@@ -336,6 +343,15 @@ class HangWatchdog:
             compile_limit = self.compile_limit()
         split, together = limits
         auto = "auto, " if self.hang_timeout == AUTO else ""
+        judged = {r: e for r, e in stacks.items() if r in running}
+        assumed_waiting: set[int] = set()
+        if silent and not overdue:
+            # A rank that tells, idle in its own code while others wait, is a culprit by what it says;
+            # a silent one beside it may be polling in MPI with the GIL held (its last word was before).
+            talking = {r: e for r, e in judged.items() if r not in silent}
+            apart, strong = stand_apart({**talking, **{r: {**judged[r], "kind": "mpi"} for r in silent if r in judged}})
+            if strong and any(r not in silent for r in apart):
+                assumed_waiting, silent = set(silent), []
         if silent and idle > split:  # overrides any phase: a frozen compile is still frozen
             names = ", ".join(f"rank {r} (last at {stacks[r]['where']})" if r in stacks else f"rank {r} (never told)"
                               for r in silent[:4])
@@ -355,7 +371,7 @@ class HangWatchdog:
                 f"{COMPILE_FACTOR}x the longest compile so far, at least {format_seconds(COMPILE_FLOOR_SECONDS * self.scale)}; "
                 f"rule: compiling)"))
         factor = CHECKPOINT_FACTOR if CHECKPOINT in phases.values() else 1
-        judged = {r: e for r, e in stacks.items() if r in running}
+        judged = {r: {**e, "kind": "mpi"} if r in assumed_waiting else e for r, e in judged.items()}
         apart, strong = stand_apart(judged)
         if strong and idle > split * factor:
             where = "; ".join(f"rank {r} {KIND_WORDS.get(judged[r]['kind'], 'in its own code')} at {judged[r]['where']}"

@@ -102,7 +102,7 @@ def activity(stack, moved=0, busy=0.0, where=None, kind=None, children_busy=0.0,
     if kind is None and not moved:
         kind = "xla" if stack in ("step", "xla-step", "next-step") else "barrier" if stack == "barrier" else "own"
     return {"time": 0.0, "stack": stack, "moved": moved, "busy": busy, "where": where or f"prog.py:1 in {stack}",
-            "kind": kind, "children_busy": children_busy, "io": io}
+            "doing": kind, "children_busy": children_busy, "io": io}
 
 
 def test_a_program_that_never_reports_is_ended_when_its_ranks_stall_apart_with_an_idle_culprit():

@@ -18,7 +18,7 @@ class Clock:
 
 def activity(stack, kind=None, moved=0, busy=0.0, children_busy=0.0, io=0.0):
     return {"time": 0.0, "stack": stack, "moved": moved, "busy": busy, "where": f"prog.py:1 in {stack}",
-            "kind": kind, "children_busy": children_busy, "io": io}
+            "doing": kind, "children_busy": children_busy, "io": io}
 
 
 def tell(dog, places, evidence=None):
@@ -196,3 +196,31 @@ def test_the_stop_line_names_the_key_that_would_have_let_the_job_run_on():
     for waited in (60, 400, 3600, 2000, 7 * 3600):
         assert parse_hang_timeout(suggested_timeout(waited)) >= 2 * waited
     assert SILENT_SECONDS > 5
+
+
+def test_an_activity_carries_its_evidence_through_the_control_protocol():
+    """What a rank's monitor sends is what the watchdog reads: the message's own `kind` is the
+    protocol's, so what the rank does travels as `doing`."""
+    from launcher.channel import Activity, encode, parse_line
+
+    sent = Activity(1, 5.0, "abc", 0, 0.75, "prog.py:3 in main", 1.5, 2048.0, "child")
+    kind, message = parse_line(encode("activity", sent))
+    assert kind == "activity"
+    clock = Clock()
+    dog = HangWatchdog("auto", clock, size=2)
+    dog.activity(1, message)
+    assert {k: dog.stacks[1][k] for k in ("kind", "busy", "children_busy", "io", "where")} == {
+        "kind": "child", "busy": 0.75, "children_busy": 1.5, "io": 2048.0, "where": "prog.py:3 in main"}
+
+
+def test_a_rank_silent_while_it_waited_in_mpi_is_waiting_and_the_idle_rank_is_named():
+    """mpi4py's pickled allreduce polls with the GIL held: the waiting rank's monitor goes silent.
+    Its last word (in MPI) says where it is; the culprit is the rank asleep in its loader."""
+    clock = Clock()
+    dog = HangWatchdog("auto", clock, size=2)
+    started(dog, {0: ("allreduce", None), 1: ("loader", None)})
+    dog.activity(0, activity("allreduce", "mpi", busy=1.0))  # then silent
+    run_for(dog, clock, HANG_SPLIT_SECONDS + 4, {1: ("loader", "own")})
+    found = dog.check()
+    assert found is not None and "rank 1 in its own code at prog.py:1 in loader" in found, found
+    assert dog.verdict == {"rule": "split", "culprits": [1]}
