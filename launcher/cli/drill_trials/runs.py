@@ -80,6 +80,7 @@ class Trial:
     notes: list = field(default_factory=list)  # what was not judged, and why (no failure)
     attempts: int | None = None        # attempts the run made (attempt_ended events)
     governor: str | None = None        # why the governor stopped the job, when it did
+    blamed: list | None = None         # the ranks jaxlaunch named as the cause, first first
 
 
 def jaxlaunch_path() -> str:
