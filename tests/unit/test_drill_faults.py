@@ -24,6 +24,16 @@ def state_of(pid: int) -> str:
     return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
 
 
+def stops(pid: int, within: float = 30.0) -> bool:
+    """Whether `pid` is stopped within `within` seconds: a signal is delivered when the process is next scheduled."""
+    deadline = time.monotonic() + within
+    while state_of(pid) != "T":
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
 def children_of(pid: int) -> list[int]:
     found = []
     for entry in os.listdir("/proc"):
@@ -49,7 +59,7 @@ def test_the_hang_fault_stops_the_rank_itself_not_a_worker_its_pool_forked(tmp_p
         assert len(workers) >= 2, workers
         assert rank_pid(run_dir, 0) == rank.pid
         inject_here("hang", run_dir, 0, None)
-        assert state_of(rank.pid) == "T"
+        assert stops(rank.pid), "rank 0 itself was not stopped"
         assert all(state_of(worker) != "T" for worker in workers)
     finally:
         for pid in [rank.pid, *children_of(rank.pid)]:
@@ -91,8 +101,54 @@ def test_ending_a_trial_continues_its_stopped_rank_before_the_sigterm(tmp_path):
                            stdout=subprocess.PIPE, start_new_session=True)
     rank = int(run.stdout.readline())
     os.kill(rank, signal.SIGSTOP)
-    while state_of(rank) != "T":
-        time.sleep(0.01)
+    assert stops(rank)
     end_run(run, run_dir)
     assert said.exists() and said.read_text() == "terminated"
     assert run.returncode == 0 and job_processes(run_dir) == []
+
+
+# --- every run in a fresh copy of the working directory (cli/drill_trials/workdir.py) -------------------------
+
+# A `jaxlaunch run` that stands for a program keeping its own checkpoint in the working directory.
+RESUMES_FROM_ITS_OWN_CHECKPOINT = """#!{python}
+from pathlib import Path
+state = Path("ckpt") / "state.txt"
+print("resumed" if state.exists() else "fresh", flush=True)
+state.write_text("39")
+"""
+
+
+def test_each_run_of_the_drill_works_in_a_fresh_copy_of_the_working_directory(tmp_path, monkeypatch):
+    """Issue 51, finding 8: the preempt trial's checkpoint was picked up by the next trial ('resumed ...
+    at step 39'), with no warning."""
+    from launcher.cli import drill_trials
+    from launcher.cli.drill_trials import clean_run
+
+    work = tmp_path / "work"
+    (work / "ckpt").mkdir(parents=True)
+    (work / ".git").mkdir()
+    (work / "venv").mkdir()
+    (work / "venv" / "pyvenv.cfg").write_text("home = /usr\n")
+    with open(work / "data.bin", "wb") as big:
+        big.truncate(65 * 2**20)  # over SHARED_FILE_BYTES, and sparse
+    fake = tmp_path / "jaxlaunch"
+    fake.write_text(RESUMES_FROM_ITS_OWN_CHECKPOINT.format(python=sys.executable))
+    fake.chmod(0o755)
+    monkeypatch.setattr(clean_run, "jaxlaunch_path", lambda: str(fake))
+    monkeypatch.chdir(work)
+    folder = work / "runs" / "drill-x"
+    folder.mkdir(parents=True)  # as run_drill does
+    drill = drill_trials.Drill("job.yaml", [], [], folder, ["kill"], 1, seed=1, tolerance=0.0)
+    said = []
+    for name in ("clean", "kill-1"):
+        log = tmp_path / f"{name}.log"
+        drill.wait_job(drill.start_job(folder / name, [], log), folder / name, 60)
+        said.append(log.read_text().splitlines()[-1])
+    assert said == ["fresh", "fresh"]
+    assert not (work / "ckpt" / "state.txt").exists()
+    assert (folder / "workdirs" / "kill-1" / "ckpt" / "state.txt").read_text() == "39"
+    assert drill.workdirs.report() == {"source": str(work.resolve()), "copied": True,
+                                       "shared": [".git", "data.bin", "runs", "venv"]}
+    assert "shared with the original, not copied: .git, data.bin, runs, venv" in drill.workdirs.describe()
+    command = (tmp_path / "kill-1.log").read_text().splitlines()[0]
+    assert f" {folder / 'workdirs' / 'kill-1' / 'job.yaml'} " in command  # the spec is the copy's

@@ -118,8 +118,20 @@ def test_a_hang_the_watchdog_blamed_on_a_healthy_rank_fails(tmp_path):
     """Issue 51, finding 5 as the drill sees it: rank 0 stopped, the stop line named rank 1."""
     trial = _hang_trial(tmp_path, 0, watchdog_stop(0, culprit=1))
     assert not trial.passed and trial.detected and trial.blamed == [1]
-    assert trial.why == ["jaxlaunch named rank 1, not the faulted rank 0: no progress for 5 s; rank 1 on vm held it "
-                         "up, stopped"]
+    assert trial.why == ["jaxlaunch named rank(s) 1, not the faulted rank 0: no progress for 5 s; rank 1 on vm held "
+                         "it up, stopped"]
+
+
+def test_a_hang_whose_stopped_rank_alone_did_not_answer_the_roll_call_passes(tmp_path):
+    """The watchdog's stop for a rank that stopped telling: the roll-call has no culprit, but the stopped
+    rank is the one rank that did not answer it (plain_loop.py's hang trial)."""
+    silent = {"attempt": 0, "state": "TIMEOUT", "reason": "hang", "summary": "rank 0 (never told) stopped telling",
+              "hang": {"ranks": [{"rank": 0, "answered": False}, {"rank": 1, "answered": False, "left_main": True}],
+                       "roll_call": {"line": "...", "culprits": []}}}
+    assert _hang_trial(tmp_path, 0, silent).passed
+    every = {**silent, "hang": {"ranks": [{"rank": 0, "answered": False}, {"rank": 1, "answered": False}]}}
+    trial = _hang_trial(tmp_path / "every", 0, every)
+    assert not trial.passed and trial.why[0].startswith("jaxlaunch named no rank, not the faulted rank 0")  # nobody answered
 
 
 def test_a_kill_jaxlaunch_blamed_on_another_rank_fails(tmp_path):
@@ -131,7 +143,7 @@ def test_a_kill_jaxlaunch_blamed_on_another_rank_fails(tmp_path):
               failures=[killed(attempt=0, rank=1)])
     trial = drills.Trial("kill", "step", 0, target_step=6, injected_at=100.0, run_dir=str(tmp_path / "kill-1"))
     drill.score(trial, tmp_path / "kill-1")
-    assert not trial.passed and any(why.startswith("jaxlaunch named rank 1, not the faulted rank 0") for why in trial.why)
+    assert not trial.passed and any(why.startswith("jaxlaunch named rank(s) 1, not the faulted rank 0") for why in trial.why)
 
 
 def test_a_job_that_ignores_the_notice_and_never_checkpoints_fails_and_says_why(tmp_path):
@@ -277,3 +289,45 @@ def test_the_planted_hang_blocks_the_report_of_its_step_only(monkeypatch):
         reporter.report(step)
     assert hung == [3] and reporter.last_step == 4
     assert progress.ProgressReporter(1).hang_at is None
+
+
+# --- steps lost by a program that reports none: read from its output (cli/drill_trials/printed_steps.py) ---
+
+def _script_kill(tmp_path, before: str, after: str):
+    """A kill trial of a script that never reports: attempt 0 printed `before`, the restart `after`."""
+    drill = make_drill(tmp_path, steps=[], checkpoints=())
+    write_run(tmp_path / "clean", [], [])
+    events = [{"event": "attempt_started", "attempt": 0, "time": 90.0},
+              {"event": "attempt_ended", "attempt": 0, "state": "FAILED", "time": 101.5},
+              {"event": "attempt_started", "attempt": 1, "time": 101.6},
+              {"event": "attempt_ended", "attempt": 1, "state": "COMPLETED", "time": 110.0}]
+    write_run(tmp_path / "kill-1", events, [], failures=[killed(attempt=0, rank=1)])
+    (tmp_path / "kill-1" / "logs" / "attempt-0" / "rank-1.log").write_text(before)
+    (tmp_path / "kill-1" / "logs" / "rank-1.log").write_text(after)
+    trial = drills.Trial("kill", "time", 1, target_seconds=5.0, injected_at=100.0, run_dir=str(tmp_path / "kill-1"))
+    drill.score(trial, tmp_path / "kill-1")
+    drill.trials = [trial]
+    return trial, drill
+
+
+def test_a_script_that_started_over_after_a_kill_lost_the_steps_its_output_shows(tmp_path):
+    """Issue 51, finding 8: STEPS LOST 0 for a kill after which the script restarted from step 0."""
+    trial, _ = _script_kill(tmp_path, "step 0 loss 1.0\nstep 20 loss 0.8\nstep 100 loss 0.4\n",
+                            "step 0 loss 1.0\nstep 20 loss 0.8\nstep 180 loss 0.1\ndone\n")
+    assert trial.steps_lost == 100 and trial.steps_lost_from == "output" and not trial.passed
+    assert trial.why == ["the job started over after the restart: at least 100 steps computed again (from its "
+                         "output: rank 1 printed step 100 in attempt 0 and step 0 first in attempt 1); it does not "
+                         "resume from a checkpoint"]
+
+
+def test_a_script_that_resumed_from_its_own_checkpoint_passes_with_the_steps_its_output_shows(tmp_path):
+    trial, _ = _script_kill(tmp_path, "step 0\nstep 20\nstep 100\n", "resumed at step 80\nstep 100\nstep 180\n")
+    assert trial.passed and trial.steps_lost == 20, trial.why
+    assert any(note.startswith("at least 20 steps computed again, read from its output") for note in trial.notes)
+
+
+def test_steps_lost_by_a_script_whose_output_names_no_step_are_unknown(tmp_path):
+    trial, drill = _script_kill(tmp_path, "loss 1.0\nloss 0.5\n", "loss 1.0\ndone\n")
+    assert trial.steps_lost is None and trial.steps_lost_from == "unknown" and trial.passed, trial.why
+    row = next(line for line in drill.scorecard().splitlines() if line.startswith("PASS"))
+    assert "unknown" in row

@@ -70,6 +70,7 @@ class Trial:
     final_state: str | None = None
     recover_seconds: float | None = None
     steps_lost: int | None = None
+    steps_lost_from: str | None = None  # reports (ctx.report), output (`step N` printed: at least) or unknown
     same_result: bool | None = None
     passed: bool = False
     why: list = field(default_factory=list)

@@ -33,14 +33,21 @@ def attempt_failure(run_dir: Path, attempt) -> dict | None:
 
 
 def blamed_ranks(failure: dict) -> list[int]:
-    """The ranks jaxlaunch named as the cause, first first: the first failing rank, or the hang's culprits
-    (the roll-call's, else the ranks that never arrived at the collective the watchdog fired on)."""
+    """The ranks jaxlaunch named as the cause, first first: the first failing rank; or the hang's
+    culprits (the roll-call's; else the ranks that did not answer it while others did, a stopped
+    process; else the ranks that never arrived at the collective the watchdog fired on)."""
     if failure.get("reason") in (Cause.FAILED, Cause.LEFT_EARLY):
         first = failure.get("first_failure") or {}
         return [first["rank"]] if isinstance(first.get("rank"), int) else []
     hang = failure.get("hang") or {}
     culprits = [c["rank"] for c in (hang.get("roll_call") or {}).get("culprits") or [] if "rank" in c]
-    return culprits or list(hang.get("never_arrived") or [])
+    if culprits:
+        return culprits
+    ranks = hang.get("ranks") or []
+    silent = [r["rank"] for r in ranks if not r.get("answered") and not r.get("left_main")]
+    if silent and len(silent) < len(ranks):
+        return silent
+    return list(hang.get("never_arrived") or [])
 
 
 class DrillScores:
@@ -82,9 +89,32 @@ class DrillScores:
                              f"{trial.faulted_state} ({said})")
             return
         trial.blamed = blamed_ranks(failure)
-        if trial.blamed[:1] != [trial.rank]:
-            named = f"rank {trial.blamed[0]}" if trial.blamed else "no rank"
+        culprits = ((failure.get("hang") or {}).get("roll_call") or {}).get("culprits")
+        # the roll-call's culprits come in its order of blame; any other list is by number: only one counts
+        if trial.blamed[:1] != [trial.rank] or (len(trial.blamed) > 1 and not culprits):
+            named = f"rank(s) {', '.join(map(str, trial.blamed))}" if trial.blamed else "no rank"
             trial.why.append(f"jaxlaunch named {named}, not the faulted rank {trial.rank}: {failure.get('summary')}")
+
+    def steps_lost_from_output(self, trial: Trial, run_dir: Path, events: list[dict], ended: dict) -> None:
+        """A program that reports no steps: steps computed again from what it printed, or unknown."""
+        from .printed_steps import printed_loss
+
+        attempts = sorted({e["attempt"] for e in events if e["event"] == "attempt_started"})
+        if len(attempts) < 2:
+            return  # not restarted: nothing computed again
+        loss = printed_loss(run_dir, attempts, ended.get("attempt", attempts[0]))
+        if loss is None:
+            trial.steps_lost_from = "unknown"
+            trial.notes.append("steps lost unknown: the program reports no steps (ctx.report) and its output names "
+                               "none ('step N')")
+            return
+        trial.steps_lost, trial.steps_lost_from = loss.steps, "output"
+        if loss.started_over:
+            trial.why.append(f"the job started over after the restart: at least {loss.steps} steps computed again "
+                             f"(from its output: {loss.detail}); it does not resume from a checkpoint")
+        elif loss.steps:
+            trial.notes.append(f"at least {loss.steps} steps computed again, read from its output ({loss.detail}); "
+                               f"its checkpoints are its own, so the drill cannot judge their interval")
 
     def score(self, trial: Trial, run_dir: Path) -> None:
         from ...rundir.goodput import goodput
@@ -129,12 +159,17 @@ class DrillScores:
                          and r["step"] >= trial.target_step), None)
             if back is not None:
                 trial.recover_seconds = round(back["time"] - trial.injected_at, 2)
-        try:
-            trial.steps_lost = goodput(run_dir).steps_recomputed
-        except (OSError, ValueError, KeyError):
-            trial.steps_lost = None
         interval = self.clean["checkpoint_interval"]
-        if trial.steps_lost:
+        if self.clean["steps"]:
+            try:
+                trial.steps_lost, trial.steps_lost_from = goodput(run_dir).steps_recomputed, "reports"
+            except (OSError, ValueError, KeyError):
+                trial.steps_lost = None
+        elif ended is not None:
+            self.steps_lost_from_output(trial, run_dir, events, ended)
+        if trial.steps_lost and trial.steps_lost_from == "output" and interval is None:
+            pass  # judged from the output (steps_lost_from_output): its checkpoints are the program's own
+        elif trial.steps_lost:
             if interval is None:
                 trial.why.append(f"{trial.steps_lost} steps computed again: the job never checkpoints")
             elif trial.steps_lost > interval:
@@ -173,7 +208,8 @@ class DrillScores:
 
         rows = [["PASS" if t.passed else "FAIL", t.fault, at(t), t.rank,
                  f"{t.detect_seconds} s" if t.detected else "no", shown(t.faulted_state), shown(t.final_state),
-                 "-" if t.recover_seconds is None else f"{t.recover_seconds} s", shown(t.steps_lost),
+                 "-" if t.recover_seconds is None else f"{t.recover_seconds} s",
+                 "unknown" if t.steps_lost_from == "unknown" else shown(t.steps_lost),
                  {True: "yes", False: "no", None: "-"}[t.same_result]]
                 for t in self.trials]
         table = tabulate(rows, headers=["", "FAULT", "AT", "RANK", "DETECTED", "ATTEMPT ENDED", "FINAL", "BACK AT STEP",
@@ -187,5 +223,5 @@ class DrillScores:
     def report(self) -> dict:
         return {"spec": self.spec_path, "target": self.target, "overrides": self.overrides, "args": self.program_args, "seed": self.seed,
                 "count": self.count, "faults": self.faults, "tolerance": self.tolerance, "ignored": list(self.ignore),
-                "clean": self.clean,
+                "clean": self.clean, "workdir": self.workdirs.report() if self._workdirs is not None else None,
                 "trials": [asdict(t) for t in self.trials], "passed": all(t.passed for t in self.trials)}
