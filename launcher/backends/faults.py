@@ -23,15 +23,36 @@ class FaultNotInjected(Exception):
 
 
 def rank_pid(run_dir: Path, rank: int) -> int | None:
-    """The process of rank `rank` of the job's current attempt (mpirun's or srun's variable)."""
+    """The process of rank `rank` of the job's current attempt: the one mpirun, prterun or srun
+    started (mpirun's or srun's variable). A process the rank forked (a ProcessPoolExecutor's
+    worker, a DataLoader's) inherits the rank's variables, so the rank is the one whose parent does
+    not carry them; the newest such, when an earlier attempt's is still there."""
     from ..supervisor.processes import is_output_pump, job_processes
 
     for variable in RANK_NUMBER:
         pids = job_processes(run_dir, {variable: str(rank)})
         pids = [pid for pid in pids if is_python(pid) and not is_output_pump(pid)]
-        if pids:
-            return max(pids)  # the newest: a restarted attempt's
+        started_by_launcher = [pid for pid in pids if parent_pid(pid) not in pids]
+        if started_by_launcher:
+            return max(started_by_launcher, key=start_ticks)
     return None
+
+
+def parent_pid(pid: int) -> int | None:
+    return _stat_field(pid, 1)
+
+
+def start_ticks(pid: int) -> int:
+    """When the process started (clock ticks after boot): pids wrap, start times do not."""
+    return _stat_field(pid, 19) or 0
+
+
+def _stat_field(pid: int, index: int) -> int | None:
+    """A field of /proc/PID/stat after the command name (0: the state, 1: the parent, 19: the start time)."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[index])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def is_python(pid: int) -> bool:

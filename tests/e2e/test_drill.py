@@ -85,8 +85,13 @@ def test_a_drill_on_a_script_that_never_reports_ends_with_a_verdict_for_every_fa
     clean = report["clean"]["seconds"]
     assert took < 3 * (2 * clean + 60) + 4 * 5 + 10 + clean + 60, took
     assert trials["hang"]["detected"] and trials["hang"]["faulted_state"] == "TIMEOUT", trials["hang"]
-    assert trials["kill"]["passed"] and trials["kill"]["same_result"] is None, trials["kill"]
-    assert any("the result was not compared" in note for note in trials["kill"]["notes"])
+    assert trials["hang"]["blamed"] == [trials["hang"]["rank"]], trials["hang"]
+    # issue 51, finding 8: the script starts over after the kill; its output says how far it had come
+    kill = trials["kill"]
+    assert not kill["passed"] and kill["same_result"] is None and kill["blamed"] == [kill["rank"]], kill
+    assert kill["steps_lost_from"] == "output" and kill["steps_lost"] > 0, kill
+    assert any(why.startswith("the job started over after the restart") for why in kill["why"]), kill
+    assert any("the result was not compared" in note for note in kill["notes"])
     assert not trials["preempt"]["passed"] and any("preemption_signal" in why for why in trials["preempt"]["why"])
     assert result.returncode == 1
 
@@ -131,3 +136,43 @@ def test_interrupting_a_drill_ends_its_trial_with_no_rank_left_stopped(tmp_path)
         assert "drill: interrupted; ended the run in progress" in said, said[-3000:]
         assert job_processes(trial) == [], f"processes of the trial survive: {job_processes(trial)}"
         assert not stopped_ranks()
+
+
+def test_the_hang_fault_stops_the_rank_mpirun_started_not_a_worker_of_its_pool(tmp_path):
+    """Issue 51, finding 6: with a fork-based ProcessPoolExecutor, 'hang rank N' SIGSTOPped a pool worker
+    (the newest process carrying the rank's variables) and the trial still passed. The stopped process's
+    parent must be mpirun (prterun) itself."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from launcher.supervisor.processes import command_line, job_processes
+
+    folder = tmp_path / "drill"
+    drill = subprocess.Popen([str(Path(sys.executable).parent / "jaxlaunch"), "drill",
+                              str(TEST_JOBS / "programs" / "pool_loop.py"), "-n", "2", "--faults", "hang", "--seed", "1",
+                              "--run-dir", str(folder), "--", "--steps", "300", "--step-sleep", "0.03"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    trial, deadline, stopped = folder / "hang-1", time.monotonic() + 180, []
+    try:
+        while not stopped:
+            assert drill.poll() is None and time.monotonic() < deadline, drill.stderr.read().decode()[-3000:]
+            for pid in job_processes(trial):
+                try:
+                    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+                except OSError:
+                    continue
+                if fields[0] == "T":
+                    stopped.append((pid, int(fields[1])))
+            time.sleep(0.1)
+        (pid, parent), = stopped
+        assert "launcher.rank.bootstrap" in command_line(pid)  # a worker forked from it has the same command line
+        assert os.path.basename(command_line(parent).split()[0]) in ("mpirun", "prterun", "mpiexec"), \
+            f"the stopped process {pid} is a child of {command_line(parent)!r}, not of mpirun"
+    finally:
+        drill.send_signal(signal.SIGINT)  # the rest of the trial is not this test's
+        drill.communicate(timeout=60)
+    assert job_processes(trial) == []

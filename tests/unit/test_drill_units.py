@@ -42,8 +42,12 @@ def test_the_plan_is_the_seeds_and_hits_steps_the_clean_run_reached(tmp_path):
     assert all(t.point == "time" and 3.0 <= t.target_seconds <= 7.0 for t in quiet.trials)
 
 
-def write_run(run_dir, events, reports, state="COMPLETED", result=None):
+def write_run(run_dir, events, reports, state="COMPLETED", result=None, failures=()):
+    """A run directory as the supervisor leaves it; `failures`: each earlier attempt's failure.json."""
     run_dir.mkdir(parents=True)
+    for failure in failures:
+        (run_dir / "logs" / f"attempt-{failure['attempt']}").mkdir(parents=True)
+        (run_dir / "logs" / f"attempt-{failure['attempt']}" / "failure.json").write_text(json.dumps(failure))
     (run_dir / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
     (run_dir / "metrics.jsonl").write_text("".join(json.dumps({"kind": "metrics", "metrics": {}, **r}) + "\n"
                                                    for r in reports))
@@ -62,10 +66,84 @@ def test_a_killed_rank_that_restarted_from_its_checkpoint_passes(tmp_path):
               {"event": "restored", "step": 4, "time": 104.0}, {"event": "attempt_ended", "attempt": 1, "time": 110.0}]
     reports = [{"step": s, "time": 95.0 + s * 0.5} for s in range(7)] + \
               [{"step": s, "time": 105.0 + s * 0.1} for s in range(4, 10)]
-    write_run(tmp_path / "kill-1", events, reports, result={"loss": 1.0, "attempt": 1})
+    write_run(tmp_path / "kill-1", events, reports, result={"loss": 1.0, "attempt": 1},
+              failures=[killed(attempt=0, rank=1)])
     drill.score(trial, tmp_path / "kill-1")
     assert trial.detected and trial.detect_seconds == 1.5 and trial.faulted_state == "FAILED"
     assert trial.recover_seconds == 5.6 and trial.steps_lost == 3 and trial.same_result and trial.passed, trial.why
+    assert trial.blamed == [1]
+
+
+def killed(attempt, rank, error="killed by SIGKILL"):
+    return {"attempt": attempt, "state": "FAILED", "reason": "failed", "summary": f"rank {rank} on vm failed first: {error}",
+            "first_failure": {"rank": rank, "error": error}}
+
+
+def watchdog_stop(attempt, culprit):
+    return {"attempt": attempt, "state": "TIMEOUT", "reason": "hang",
+            "summary": f"no progress for 5 s; rank {culprit} on vm held it up, stopped",
+            "hang": {"ranks": [], "roll_call": {"line": "...", "culprits": [{"rank": culprit, "why": "stopped"}]}}}
+
+
+def _hang_trial(tmp_path, faulted_rank, failure):
+    drill = make_drill(tmp_path)
+    write_run(tmp_path / "clean", [], [])
+    events = [{"event": "attempt_started", "attempt": 0, "time": 90.0},
+              {"event": "attempt_ended", "attempt": 0, "state": failure["state"], "time": 108.0},
+              {"event": "attempt_started", "attempt": 1, "time": 108.5},
+              {"event": "restored", "step": 4, "time": 110.0}, {"event": "attempt_ended", "attempt": 1, "time": 115.0}]
+    reports = [{"step": s, "time": 95.0 + s * 0.5} for s in range(7)] + \
+              [{"step": s, "time": 111.0 + s * 0.1} for s in range(4, 10)]
+    write_run(tmp_path / "hang-1", events, reports, failures=[failure])
+    trial = drills.Trial("hang", "step", faulted_rank, target_step=6, injected_at=100.0, run_dir=str(tmp_path / "hang-1"))
+    drill.score(trial, tmp_path / "hang-1")
+    return trial
+
+
+def test_a_hang_the_watchdog_stopped_naming_the_stopped_rank_passes(tmp_path):
+    trial = _hang_trial(tmp_path, 1, watchdog_stop(0, culprit=1))
+    assert trial.passed and trial.detected and trial.detect_seconds == 8.0 and trial.blamed == [1], trial.why
+
+
+def test_a_hang_that_something_else_ended_is_not_detected(tmp_path):
+    """Issue 51, finding 7: rank 1 stopped in its compile, JAX's coordination service aborted the healthy
+    rank 0 after 93 s, failure.json blamed rank 0 (killed by SIGABRT), the restart completed: it scored PASS."""
+    trial = _hang_trial(tmp_path, 1, killed(attempt=0, rank=0, error="killed by SIGABRT"))
+    assert not trial.passed and not trial.detected and trial.detect_seconds is None
+    assert trial.why == ["the hang was not detected by jaxlaunch: the attempt it hit ended FAILED (failed: rank 0 on "
+                         "vm failed first: killed by SIGABRT)"]
+
+
+def test_a_hang_the_watchdog_blamed_on_a_healthy_rank_fails(tmp_path):
+    """Issue 51, finding 5 as the drill sees it: rank 0 stopped, the stop line named rank 1."""
+    trial = _hang_trial(tmp_path, 0, watchdog_stop(0, culprit=1))
+    assert not trial.passed and trial.detected and trial.blamed == [1]
+    assert trial.why == ["jaxlaunch named rank(s) 1, not the faulted rank 0: no progress for 5 s; rank 1 on vm held "
+                         "it up, stopped"]
+
+
+def test_a_hang_whose_stopped_rank_alone_did_not_answer_the_roll_call_passes(tmp_path):
+    """The watchdog's stop for a rank that stopped telling: the roll-call has no culprit, but the stopped
+    rank is the one rank that did not answer it (plain_loop.py's hang trial)."""
+    silent = {"attempt": 0, "state": "TIMEOUT", "reason": "hang", "summary": "rank 0 (never told) stopped telling",
+              "hang": {"ranks": [{"rank": 0, "answered": False}, {"rank": 1, "answered": False, "left_main": True}],
+                       "roll_call": {"line": "...", "culprits": []}}}
+    assert _hang_trial(tmp_path, 0, silent).passed
+    every = {**silent, "hang": {"ranks": [{"rank": 0, "answered": False}, {"rank": 1, "answered": False}]}}
+    trial = _hang_trial(tmp_path / "every", 0, every)
+    assert not trial.passed and trial.why[0].startswith("jaxlaunch named no rank, not the faulted rank 0")  # nobody answered
+
+
+def test_a_kill_jaxlaunch_blamed_on_another_rank_fails(tmp_path):
+    drill = make_drill(tmp_path)
+    write_run(tmp_path / "clean", [], [])
+    events = [{"event": "attempt_started", "attempt": 0, "time": 90.0},
+              {"event": "attempt_ended", "attempt": 0, "state": "FAILED", "time": 101.5}]
+    write_run(tmp_path / "kill-1", events, [{"step": 6, "time": 99.0}], state="FAILED",
+              failures=[killed(attempt=0, rank=1)])
+    trial = drills.Trial("kill", "step", 0, target_step=6, injected_at=100.0, run_dir=str(tmp_path / "kill-1"))
+    drill.score(trial, tmp_path / "kill-1")
+    assert not trial.passed and any(why.startswith("jaxlaunch named rank(s) 1, not the faulted rank 0") for why in trial.why)
 
 
 def test_a_job_that_ignores_the_notice_and_never_checkpoints_fails_and_says_why(tmp_path):
@@ -142,7 +220,7 @@ def _repeat_run(tmp_path, attempts, governed):
         events.append({"event": "governor", "decision": "stopped", "time": 108.0 + 10 * (attempts - 1),
                        "why": "the program's own hang, twice at the same place after step 5: not tried again"})
     write_run(tmp_path / "repeat-1", events, [{"step": s, "time": 101.0 + s * 0.1} for s in range(6)],
-              state="TIMEOUT")
+              state="TIMEOUT", failures=[watchdog_stop(attempt, culprit=1) for attempt in range(attempts)])
     trial = drills.Trial("repeat", "step", 1, target_step=6, injected_at=100.0, injected_step=6,
                          run_dir=str(tmp_path / "repeat-1"))
     make_drill(tmp_path).score_repeat(trial, tmp_path / "repeat-1")
@@ -211,3 +289,45 @@ def test_the_planted_hang_blocks_the_report_of_its_step_only(monkeypatch):
         reporter.report(step)
     assert hung == [3] and reporter.last_step == 4
     assert progress.ProgressReporter(1).hang_at is None
+
+
+# --- steps lost by a program that reports none: read from its output (cli/drill_trials/printed_steps.py) ---
+
+def _script_kill(tmp_path, before: str, after: str):
+    """A kill trial of a script that never reports: attempt 0 printed `before`, the restart `after`."""
+    drill = make_drill(tmp_path, steps=[], checkpoints=())
+    write_run(tmp_path / "clean", [], [])
+    events = [{"event": "attempt_started", "attempt": 0, "time": 90.0},
+              {"event": "attempt_ended", "attempt": 0, "state": "FAILED", "time": 101.5},
+              {"event": "attempt_started", "attempt": 1, "time": 101.6},
+              {"event": "attempt_ended", "attempt": 1, "state": "COMPLETED", "time": 110.0}]
+    write_run(tmp_path / "kill-1", events, [], failures=[killed(attempt=0, rank=1)])
+    (tmp_path / "kill-1" / "logs" / "attempt-0" / "rank-1.log").write_text(before)
+    (tmp_path / "kill-1" / "logs" / "rank-1.log").write_text(after)
+    trial = drills.Trial("kill", "time", 1, target_seconds=5.0, injected_at=100.0, run_dir=str(tmp_path / "kill-1"))
+    drill.score(trial, tmp_path / "kill-1")
+    drill.trials = [trial]
+    return trial, drill
+
+
+def test_a_script_that_started_over_after_a_kill_lost_the_steps_its_output_shows(tmp_path):
+    """Issue 51, finding 8: STEPS LOST 0 for a kill after which the script restarted from step 0."""
+    trial, _ = _script_kill(tmp_path, "step 0 loss 1.0\nstep 20 loss 0.8\nstep 100 loss 0.4\n",
+                            "step 0 loss 1.0\nstep 20 loss 0.8\nstep 180 loss 0.1\ndone\n")
+    assert trial.steps_lost == 100 and trial.steps_lost_from == "output" and not trial.passed
+    assert trial.why == ["the job started over after the restart: at least 100 steps computed again (from its "
+                         "output: rank 1 printed step 100 in attempt 0 and step 0 first in attempt 1); it does not "
+                         "resume from a checkpoint"]
+
+
+def test_a_script_that_resumed_from_its_own_checkpoint_passes_with_the_steps_its_output_shows(tmp_path):
+    trial, _ = _script_kill(tmp_path, "step 0\nstep 20\nstep 100\n", "resumed at step 80\nstep 100\nstep 180\n")
+    assert trial.passed and trial.steps_lost == 20, trial.why
+    assert any(note.startswith("at least 20 steps computed again, read from its output") for note in trial.notes)
+
+
+def test_steps_lost_by_a_script_whose_output_names_no_step_are_unknown(tmp_path):
+    trial, drill = _script_kill(tmp_path, "loss 1.0\nloss 0.5\n", "loss 1.0\ndone\n")
+    assert trial.steps_lost is None and trial.steps_lost_from == "unknown" and trial.passed, trial.why
+    row = next(line for line in drill.scorecard().splitlines() if line.startswith("PASS"))
+    assert "unknown" in row

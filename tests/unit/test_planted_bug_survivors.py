@@ -10,7 +10,7 @@ import time
 
 import pytest
 from control_helpers import connect, serving, wait_until
-from test_drill_units import write_run  # the drill tests' run directory, written by hand
+from test_drill_units import killed, write_run  # the drill tests' run directory, written by hand
 
 from launcher import channel
 from launcher.backends.slurm.allocation import SlurmAllocation
@@ -169,7 +169,7 @@ def killed_and_restored(tmp_path, name, last_step, ended="FAILED"):
               {"event": "restored", "step": 4, "time": 104.0}, {"event": "attempt_ended", "attempt": 1, "time": 110.0}]
     reports = [{"step": s, "time": 95.0 + s * 0.5} for s in range(last_step + 1)] + \
               [{"step": s, "time": 105.0 + s * 0.1} for s in range(4, 10)]
-    write_run(tmp_path / name, events, reports, result={"loss": 1.0})
+    write_run(tmp_path / name, events, reports, result={"loss": 1.0}, failures=[killed(attempt=0, rank=1)])
     return trial
 
 

@@ -25,6 +25,12 @@ fails when it is not detected, when the job does not end COMPLETED, when the res
 more steps were computed again than the job's checkpoint interval (the largest gap between two
 checkpoints of the clean run; a job that never checkpoints has none: any lost step fails it).
 
+A fault counts as detected only when jaxlaunch ended the attempt for it (a failure for `kill`, the hang
+watchdog's stop for `hang` and `repeat`) and named the faulted rank (scoring.py); the rank faulted is the
+process mpirun or srun started, not a worker it forked (backends/faults.py). Every run works in a fresh
+copy of the working directory, and the drill says what it shares (workdir.py). A job that reports no
+steps has its steps computed again read from its output, or shown unknown (printed_steps.py).
+
 Everything goes to DRILL_DIR (runs/drill-NAME-TIME by default): clean/, kill-1/, ..., each fault's
 output in its .log, and drill.json (the seed, the points chosen, every figure). The exit code is 0
 only when every fault passed.
@@ -41,7 +47,7 @@ The Slurm side of each fault is the Slurm backend's (launcher/backends/slurm/fau
 
 The package: runs.py (a Trial's record, reading a run directory, ending a run, comparing results),
 trials.py (the Drill: the clean run, the plan, each trial and its score, the scorecard) and session.py
-(`run_drill`: one drill from start to end, interrupted cleanly).
+(`run_drill`: one drill from start to end, interrupted cleanly), scoring.py, workdir.py and printed_steps.py.
 """
 
 from .runs import ASKED_BY_NAME, REPEAT_RESTARTS, Trial, TrialTimedOut, end_run, same_result

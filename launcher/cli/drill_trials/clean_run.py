@@ -11,18 +11,27 @@ from pathlib import Path
 
 from .runs import (HANG_FLOOR_SECONDS, TRIAL_MARGIN_SECONDS, TrialTimedOut, end_run, jaxlaunch_path, read_events,
                    read_reports, read_status)
+from .workdir import WorkdirCopies
 
 
 class DrillRuns:
+    @property
+    def workdirs(self) -> WorkdirCopies:
+        if self._workdirs is None:
+            self._workdirs = WorkdirCopies(self.workdir_source, self.folder)
+        return self._workdirs
+
     # --- running the job ----------------------------------------------------------------------
 
     def start_job(self, run_dir: Path, extra: list[str], log: Path, resume: bool = False) -> subprocess.Popen:
+        workdir = self.workdirs.for_run(run_dir)  # a fresh copy for each run; a resumption keeps its run's
         if resume:
             command = [jaxlaunch_path(), "run", "--resume", str(run_dir)]
         else:
             # in the foreground on every target: locally the job runs in that process; elsewhere run
             # follows the job, its restarts and requeues, to its end (cli/start_job.py)
-            command = [jaxlaunch_path(), "run", self.spec_path, "--backend", self.target, "--run-dir", str(run_dir)]
+            command = [jaxlaunch_path(), "run", self.workdirs.counterpart(self.spec_path, workdir),
+                       "--backend", self.target, "--run-dir", str(run_dir)]
             for override in [*self.overrides, *extra]:
                 command += ["--set", override]
             if self.program_args:
@@ -30,7 +39,8 @@ class DrillRuns:
         handle = open(log, "ab")
         handle.write(f"$ {' '.join(command)}\n".encode())
         handle.flush()
-        process = subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True)
+        process = subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True,
+                                   cwd=workdir)
         self.running = (process, run_dir)
         return process
 

@@ -70,6 +70,7 @@ class Trial:
     final_state: str | None = None
     recover_seconds: float | None = None
     steps_lost: int | None = None
+    steps_lost_from: str | None = None  # reports (ctx.report), output (`step N` printed: at least) or unknown
     same_result: bool | None = None
     passed: bool = False
     why: list = field(default_factory=list)
@@ -80,6 +81,7 @@ class Trial:
     notes: list = field(default_factory=list)  # what was not judged, and why (no failure)
     attempts: int | None = None        # attempts the run made (attempt_ended events)
     governor: str | None = None        # why the governor stopped the job, when it did
+    blamed: list | None = None         # the ranks jaxlaunch named as the cause, first first
 
 
 def jaxlaunch_path() -> str:

@@ -7,8 +7,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 from ...states import JobState
+from .blame import judge_blame
 from .runs import Trial, read_events, read_reports, read_status, same_result
-
 
 class DrillScores:
     def score_repeat(self, trial: Trial, run_dir: Path) -> None:
@@ -20,6 +20,7 @@ class DrillScores:
         trial.detected = bool(ends) and trial.faulted_state not in (None, JobState.COMPLETED)
         if trial.detected:
             trial.detect_seconds = round(ends[0]["time"] - trial.injected_at, 2)
+            judge_blame(trial, run_dir, ends[0])
         elif not trial.timed_out:
             trial.why.append(f"the hang was not detected: the attempt it hit ended {trial.faulted_state or 'never'}")
         trial.final_state = read_status(run_dir).get("state")
@@ -33,6 +34,27 @@ class DrillScores:
         if stopped is not None and len(ends) > 2:
             trial.why.append(f"the governor stopped it only after {len(ends)} attempts, not 2")
         trial.passed = not trial.why
+
+    def steps_lost_from_output(self, trial: Trial, run_dir: Path, events: list[dict], ended: dict) -> None:
+        """A program that reports no steps: steps computed again from what it printed, or unknown."""
+        from .printed_steps import printed_loss
+
+        attempts = sorted({e["attempt"] for e in events if e["event"] == "attempt_started"})
+        if len(attempts) < 2:
+            return  # not restarted: nothing computed again
+        loss = printed_loss(run_dir, attempts, ended.get("attempt", attempts[0]))
+        if loss is None:
+            trial.steps_lost_from = "unknown"
+            trial.notes.append("steps lost unknown: the program reports no steps (ctx.report) and its output names "
+                               "none ('step N')")
+            return
+        trial.steps_lost, trial.steps_lost_from = loss.steps, "output"
+        if loss.started_over:
+            trial.why.append(f"the job started over after the restart: at least {loss.steps} steps computed again "
+                             f"(from its output: {loss.detail}); it does not resume from a checkpoint")
+        elif loss.steps:
+            trial.notes.append(f"at least {loss.steps} steps computed again, read from its output ({loss.detail}); "
+                               f"its checkpoints are its own, so the drill cannot judge their interval")
 
     def score(self, trial: Trial, run_dir: Path) -> None:
         from ...rundir.goodput import goodput
@@ -59,6 +81,7 @@ class DrillScores:
             trial.detected = ended is not None and trial.faulted_state not in (None, JobState.COMPLETED)
             if trial.detected:
                 trial.detect_seconds = round(ended["time"] - trial.injected_at, 2)
+                judge_blame(trial, run_dir, ended)
             else:
                 trial.why.append(f"the {trial.fault} was not detected: the attempt it hit ended "
                                  f"{trial.faulted_state or 'never'}")
@@ -76,12 +99,17 @@ class DrillScores:
                          and r["step"] >= trial.target_step), None)
             if back is not None:
                 trial.recover_seconds = round(back["time"] - trial.injected_at, 2)
-        try:
-            trial.steps_lost = goodput(run_dir).steps_recomputed
-        except (OSError, ValueError, KeyError):
-            trial.steps_lost = None
         interval = self.clean["checkpoint_interval"]
-        if trial.steps_lost:
+        if self.clean["steps"]:
+            try:
+                trial.steps_lost, trial.steps_lost_from = goodput(run_dir).steps_recomputed, "reports"
+            except (OSError, ValueError, KeyError):
+                trial.steps_lost = None
+        elif ended is not None:
+            self.steps_lost_from_output(trial, run_dir, events, ended)
+        if trial.steps_lost and trial.steps_lost_from == "output" and interval is None:
+            pass  # judged from the output (steps_lost_from_output): its checkpoints are the program's own
+        elif trial.steps_lost:
             if interval is None:
                 trial.why.append(f"{trial.steps_lost} steps computed again: the job never checkpoints")
             elif trial.steps_lost > interval:
@@ -120,7 +148,8 @@ class DrillScores:
 
         rows = [["PASS" if t.passed else "FAIL", t.fault, at(t), t.rank,
                  f"{t.detect_seconds} s" if t.detected else "no", shown(t.faulted_state), shown(t.final_state),
-                 "-" if t.recover_seconds is None else f"{t.recover_seconds} s", shown(t.steps_lost),
+                 "-" if t.recover_seconds is None else f"{t.recover_seconds} s",
+                 "unknown" if t.steps_lost_from == "unknown" else shown(t.steps_lost),
                  {True: "yes", False: "no", None: "-"}[t.same_result]]
                 for t in self.trials]
         table = tabulate(rows, headers=["", "FAULT", "AT", "RANK", "DETECTED", "ATTEMPT ENDED", "FINAL", "BACK AT STEP",
@@ -134,5 +163,5 @@ class DrillScores:
     def report(self) -> dict:
         return {"spec": self.spec_path, "target": self.target, "overrides": self.overrides, "args": self.program_args, "seed": self.seed,
                 "count": self.count, "faults": self.faults, "tolerance": self.tolerance, "ignored": list(self.ignore),
-                "clean": self.clean,
+                "clean": self.clean, "workdir": self.workdirs.report() if self._workdirs is not None else None,
                 "trials": [asdict(t) for t in self.trials], "passed": all(t.passed for t in self.trials)}

@@ -50,6 +50,7 @@ def ending_runs_when_interrupted(drill: Drill, echo):
 def _run_drill(drill: Drill, folder: Path, num_processes: int, target: str, echo) -> bool:
     from ...rundir import atomic_write_json
 
+    echo(f"drill: {drill.workdirs.describe()}")
     echo(f"drill: the clean run ({folder / 'clean'})")
     drill.run_clean()
     if drill.clean["state"] != JobState.COMPLETED:

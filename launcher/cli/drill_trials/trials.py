@@ -27,6 +27,7 @@ class Drill(DrillRuns, DrillScores):
         self.folder, self.faults, self.count = folder, faults, count
         self.seed, self.tolerance, self.echo = seed, tolerance, echo
         self.rng = random.Random(seed)
+        self.workdir_source, self._workdirs = Path.cwd(), None  # every run gets a copy of it (workdir.py)
         self.clean: dict = {}
         self.trials: list[Trial] = []
 
