@@ -14,6 +14,7 @@ second. Elsewhere than Linux each total is 0 (no evidence, as before).
 from __future__ import annotations
 
 import os
+import threading
 
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 _MAX_DESCENDANTS = 256  # a pool of workers is counted whole; a fork bomb is not walked for ever
@@ -85,3 +86,22 @@ def sample() -> tuple[float, int]:
         moved += theirs.get(b"rchar", 0) + theirs.get(b"wchar", 0)
     return cpu, moved
 
+
+
+def _state(path: str) -> bytes:
+    fields = _read(path).rpartition(b")")[2].split()
+    return fields[0] if fields else b""
+
+
+def runnable() -> bool:
+    """Whether a thread of this process other than the caller (the monitor), or a descendant, is
+    running or waiting for a CPU (state R) now. On a loaded machine a computing thread may get less
+    than half a core, so its CPU share alone would make it look idle; its state does not."""
+    me = str(threading.get_native_id())
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return False
+    if any(task != me and _state(f"/proc/self/task/{task}/stat") == b"R" for task in tasks):
+        return True
+    return any(_state(f"/proc/{child}/stat") == b"R" for child in descendants())

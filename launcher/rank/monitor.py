@@ -246,6 +246,8 @@ class RankMonitor:
             cpu = time.process_time()
             span = max(now - self._activity_at, 1e-3)
             busy = (cpu - self._cpu) / span
+            if evidence.runnable():  # a thread computing on a loaded machine: working, whatever its share
+                busy = max(busy, 1.0)
             children_cpu, moved_bytes = evidence.sample()
             children_busy = max(children_cpu - self._children_cpu, 0.0) / span
             io = max(moved_bytes - self._moved_bytes, 0) / span

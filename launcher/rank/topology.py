@@ -112,12 +112,24 @@ def nccl_termination_seconds(hang_timeout) -> int | None:
     return max(2 * limit, limit + 60)
 
 
+# XLA's own execution watchdog on GPU: armed when an executable is dispatched, released when its
+# stream syncs, so it never counts a compile or autotuning (Levanter sets it too). A duration: a
+# bare number of seconds is refused by XLA's flag parser, "1200s" is taken.
+EXECUTION_TERMINATE_FLAG = "--xla_gpu_execution_terminate_timeout"
+
+
 def gpu_device_flags(xla_flags: str, hang_timeout) -> str:
-    """XLA_FLAGS with the NCCL termination timeout, unless the user set it."""
+    """XLA_FLAGS with the NCCL termination timeout and XLA's execution watchdog, each unless the
+    user set it: a second line behind the hang watchdog, at the same bound (twice the watchdog's)."""
     seconds = nccl_termination_seconds(hang_timeout)
-    if seconds is None or NCCL_TERMINATION_FLAG in xla_flags:
+    if seconds is None:
         return xla_flags
-    return " ".join([*xla_flags.split(), f"{NCCL_TERMINATION_FLAG}={seconds}"])
+    flags = xla_flags.split()
+    if NCCL_TERMINATION_FLAG not in xla_flags:
+        flags.append(f"{NCCL_TERMINATION_FLAG}={seconds}")
+    if EXECUTION_TERMINATE_FLAG not in xla_flags:
+        flags.append(f"{EXECUTION_TERMINATE_FLAG}={seconds}s")
+    return " ".join(flags)
 
 
 def device_environment(platform: str, devices_per_process: int, local_rank: int,

@@ -286,9 +286,12 @@ class JobSpec(Record):
                             "limit", 1800)
     hang_timeout: int | str | None = field(
         Optional(Parsed(parse_hang_timeout, "`auto` or a duration")),
-        "the hang watchdog: stop the job, with a roll-call naming the rank that holds it up, when no rank has "
-        "made progress (ctx.report) for this long; `auto`: max(10 min, 20x the slowest step so far); armed at "
-        "the first report; compiling does not count, a checkpoint save or restore gets 4x as long; null: off",
+        "the hang watchdog: stop the job, naming the rank that holds it up, when no rank has made progress (a "
+        "ctx.report, or in a program that never reports, any rank's stack moving) for this long; `auto`: 2 min "
+        "when idle ranks stand apart from ranks waiting for them (no CPU, no I/O, no busy child), else max(10 "
+        "min, 20x the slowest step so far); a rank stopped 5 s or silent 10 s is named in any phase; a "
+        "checkpoint save or restore gets 4x; a compile that stands still 30 min (or 4x the longest); null: off "
+        "(docs/how-to/debug-hang.md)",
         AUTO)
     preemption_signal: str | None = field(
         Optional(Choice(*PREEMPTION_SIGNALS)), "also deliver a preemption notice to every rank's process as this "

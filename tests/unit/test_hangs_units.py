@@ -598,9 +598,10 @@ def test_the_nccl_termination_timeout_follows_hang_timeout_unless_the_user_set_i
     from launcher.rank.topology import device_environment
 
     env = device_environment("gpu", 1, 0, {}, hang_timeout=300)
-    assert env["XLA_FLAGS"] == "--xla_gpu_nccl_termination_timeout_seconds=600"
+    assert env["XLA_FLAGS"] == ("--xla_gpu_nccl_termination_timeout_seconds=600 "
+                                "--xla_gpu_execution_terminate_timeout=600s")
     assert "=1200" in device_environment("gpu", 1, 0, {}, hang_timeout="auto")["XLA_FLAGS"]
-    mine = {"XLA_FLAGS": "--xla_gpu_nccl_termination_timeout_seconds=42"}
+    mine = {"XLA_FLAGS": "--xla_gpu_nccl_termination_timeout_seconds=42 --xla_gpu_execution_terminate_timeout=5m"}
     assert device_environment("gpu", 1, 0, mine, hang_timeout=300)["XLA_FLAGS"] == mine["XLA_FLAGS"]
     assert "XLA_FLAGS" not in device_environment("gpu", 1, 0, {}, hang_timeout=None)
     assert "nccl" not in device_environment("cpu", 1, 0, {}, hang_timeout=300)["XLA_FLAGS"]
@@ -755,3 +756,18 @@ def test_a_rank_that_stopped_telling_counts_as_idle():
     clock.now += HANG_SPLIT_SECONDS + 1
     dog.activity(0, activity("step"))
     assert "rank 1 (last at prog.py:1 in loader) stopped telling where it stands" in dog.check()
+
+
+def test_xla_takes_the_execution_watchdog_flag_as_rendered(tmp_path):
+    """XLA's flag parser ends the process on a value it cannot read (a bare 1200 is refused): the
+    rendered flag is run through a real JAX on this machine's CPU, where XLA still parses it."""
+    import subprocess
+
+    from launcher.rank.topology import gpu_device_flags
+
+    flags = gpu_device_flags("", "auto")
+    assert "--xla_gpu_execution_terminate_timeout=1200s" in flags.split()
+    done = subprocess.run([sys.executable, "-c", "import jax.numpy as jnp; print(float(jnp.ones(2).sum()))"],
+                          env={**__import__("os").environ, "XLA_FLAGS": flags, "JAX_PLATFORMS": "cpu"},
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "2.0", done.stderr[-2000:]

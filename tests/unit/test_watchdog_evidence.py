@@ -224,3 +224,39 @@ def test_a_rank_silent_while_it_waited_in_mpi_is_waiting_and_the_idle_rank_is_na
     found = dog.check()
     assert found is not None and "rank 1 in its own code at prog.py:1 in loader" in found, found
     assert dog.verdict == {"rule": "split", "culprits": [1]}
+
+
+def test_a_computing_thread_or_child_is_seen_running_and_a_sleeping_child_is_not():
+    """evidence.runnable(): a worker thread or a child computing is in state R (running, or waiting
+    for a CPU on a loaded machine); a child asleep is not. Real threads and processes."""
+    import subprocess
+    import sys
+    import threading
+    import time
+
+    from launcher.rank import evidence
+
+    stop = threading.Event()
+    worker = threading.Thread(target=lambda: [sum(range(1000)) for _ in iter(stop.is_set, True)])
+    worker.start()
+    try:
+        assert any(evidence.runnable() for _ in range(50))
+    finally:
+        stop.set()
+        worker.join()
+    child = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        assert any(evidence.runnable() for _ in range(200) if not time.sleep(0.01))
+        assert child.pid in evidence.descendants()
+    finally:
+        child.kill()
+        child.wait()
+    sleeper = subprocess.Popen(["sleep", "30"])
+    try:
+        time.sleep(0.2)
+        assert not evidence.runnable()
+        cpu, moved = evidence.sample()
+        assert cpu >= 0 and moved >= 0
+    finally:
+        sleeper.kill()
+        sleeper.wait()
