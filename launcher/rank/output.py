@@ -16,7 +16,8 @@ Live: what the program flushes is passed on at once, not at the next newline, an
 return starts a line as a newline does, so a tqdm bar that redraws itself with `\\r` redraws on the
 console and gets its prefix on every frame in a Slurm log. mpirun (Open MPI 5.0's PRTE, which has
 no `--output raw`) holds a rank's output until its next newline, so an unfinished line is sent
-with PARTIAL_LINE and a newline after it; the supervisor takes both off again.
+with PARTIAL_LINE and a newline after it, and its rest with the prefix and CONTINUED_LINE; the
+supervisor takes them off again.
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ LINE_ENDS = (b"\n", b"\r")
 # Ends what a rank sent of a line it has not finished (with a newline, for mpirun's sake); an OSC
 # escape sequence, which a terminal that sees it (a launcher without our supervisor) ignores.
 PARTIAL_LINE = b"\x1b]jaxlaunch;partial\x07"
+# Starts, after the rank's prefix, the rest of a line whose start went out with PARTIAL_LINE: another
+# rank's line may pass between the two, and without its prefix the rest would pass for mpirun's own.
+CONTINUED_LINE = b"\x1b]jaxlaunch;continued\x07"
 PARENT_POLL_SECONDS = 0.1
 PARTIAL_WAIT_SECONDS = 0.05  # how long the start of a line waits for its end before it goes out alone
 PUMP_ENV = "JAXLAUNCH_OUTPUT_PUMP"  # in the pump's environment: not a process the program left behind  # without pidfd_open: how often the pump looks whether the rank still lives
@@ -113,7 +117,8 @@ class Pump:
 
     def _console(self, fd: int, data: bytes) -> None:
         prefixer = self.prefixers[fd]
-        data = prefixer(data)
+        continued = not prefixer.at_line_start and prefixer.prefix  # this line's start went out unfinished
+        data = (prefixer.prefix + CONTINUED_LINE if continued else b"") + prefixer(data)
         if not prefixer.at_line_start:
             data += PARTIAL_LINE + b"\n"
         try:

@@ -119,7 +119,8 @@ def repeated(previous: AttemptEnd | None, current: AttemptEnd) -> str | None:
         return None
     if current.where is None and current.step is None:
         return None  # nothing says it is the same place
-    if (current.checkpoint or -1) > (previous.checkpoint or -1):
+    newest_before = -1 if previous.checkpoint is None else previous.checkpoint  # step 0's is a checkpoint
+    if current.checkpoint is not None and current.checkpoint > newest_before:
         return None  # it got further: the next attempt starts later
     at = f" after step {current.step}" if current.step is not None else ""
     return (f"the program's own {current.cause}, twice at the same place{at}: {current.where or 'the same step'} "

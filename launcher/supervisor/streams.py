@@ -23,7 +23,7 @@ import time
 from collections import deque
 
 from ..launchers.mpirun import BANNER_FRAME, LIBEVENT_WARNING
-from ..rank.output import PARTIAL_LINE, split_segments
+from ..rank.output import CONTINUED_LINE, PARTIAL_LINE, split_segments
 from ..spec.model import OUTPUT_MODES  # noqa: F401  (the modes shown here)
 RANK_PREFIX = re.compile(rb"\[rank (\d+)\] ")
 # A rank's lines kept from the console (its log has them): gloo says this once per process and
@@ -91,27 +91,41 @@ class StreamForwarder:
         """End of the stream: what is left is a line without its line end."""
         if self.pending:
             rest, self.pending = self.pending, b""
-            self._segment(rest + b"\n" if self.line_rank is None else rest)
+            self._segment(rest + b"\n")
         for rank in list(self.aborting):
             self._abort_summary(rank)
 
     def _rank_bytes(self, data: bytes, finished: bool) -> bool:
-        """A rank's line (it starts with its prefix), or the rest of the one whose start was passed
-        on; False when `data` is neither."""
+        """A rank's line, or the rest of one whose start was passed on (both start with its prefix);
+        False when `data` is neither."""
         match = RANK_PREFIX.match(data)
         if match and finished and NOISE.search(data, match.end()):
             return True
         if match and finished and self._jax_abort(int(match.group(1)), data[match.end():]):
             return True
-        if match:
-            self._show(int(match.group(1)), data, strip=True)
-        elif self.line_rank is not None:
-            self._show(self.line_rank, data, strip=False)
+        if not match:
+            return False  # a rank's bytes always start with its prefix: these are the launcher's
+        rank = int(match.group(1))
+        if data.startswith(CONTINUED_LINE, match.end()):  # the rest of this rank's unfinished line
+            rest = data[match.end() + len(CONTINUED_LINE):]
+            if self.line_rank == rank:
+                self._show(rank, rest, strip=False)
+            else:  # another line came between: the rest starts a console line of its own
+                self._end_open_line()
+                self._show(rank, data[:match.end()] + rest, strip=True)
         else:
-            return False
-        rank = int(match.group(1)) if match else self.line_rank
+            if self.line_rank != rank:
+                self._end_open_line()
+            self._show(rank, data, strip=True)
         self.line_rank = None if finished else rank
         return True
+
+    def _end_open_line(self) -> None:
+        """Another line starts while a rank's unfinished one is on the console: end that one first,
+        so that the two stay apart."""
+        if self.line_rank is not None and (self.mode != "rank0" or self.line_rank == 0):
+            self._safe_write(b"\n")
+        self.line_rank = None
 
     def _jax_abort(self, rank: int, text: bytes) -> bool:
         """True for a line of JAX's abort report after its first line (kept from the console)."""
@@ -143,6 +157,7 @@ class StreamForwarder:
         quiet = self.in_banner or is_frame
         self.in_banner = self.in_banner != is_frame  # a frame opens a banner, the next one closes it
         if not quiet:
+            self._end_open_line()
             self._safe_write(segment)
         self.launcher.add(segment)
 

@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 
 from conftest import BENCHMARKS, EXAMPLES, TEST_JOBS, jaxlaunch
+from launcher.rundir.metrics import read_lines
 from preemption_helpers import interrupt_when, start
+from straggler_delay import slow_rank_delay
 
 pytestmark = pytest.mark.slurm
 
@@ -315,18 +317,22 @@ def test_status_shows_the_progress_of_a_running_slurm_job(slurm_env, tmp_path):
 
 @pytest.mark.parametrize("launch", ["srun", "mpirun"])
 def test_the_slow_rank_is_named_and_nobody_without_one(slurm_env, tmp_path, launch):
-    """Rank 1 sleeps 50 ms more per step (as a throttled GPU would make it): status and the job's
-    summary name it; the same job without the sleep names nobody."""
-    shown = {}
-    for case, extra in (("slow", ["--set", "params.slow_rank=1", "--set", "params.slow_seconds=0.05"]),
-                        ("even", [])):
+    """Rank 1 sleeps longer per step (as a throttled GPU would make it): status and the job's summary
+    name it; the same job without the sleep names nobody. The even job runs first: its step times
+    size the delay (50 ms on a quiet machine, more where the others' steps vary more than that)."""
+    shown, delay = {}, None
+    for case in ("even", "slow"):
+        extra = [] if case == "even" else ["--set", "params.slow_rank=1", "--set", f"params.slow_seconds={delay:.3f}"]
         run_dir = tmp_path / case
         result = run_ok("submit", EXAMPLES / "train_data_parallel.yaml", "--set", "params.steps=60",
                         "--set", f"slurm.launch={launch}", *extra, "--wait", "--run-dir", run_dir, env=slurm_env)
         job_id = re.search(r"Submitted job (\S+?);", result.stderr).group(1)
         shown[case] = jaxlaunch("status", job_id, env=slurm_env).stdout
         shown[case + " output"] = (run_dir / f"slurm-{job_id}.out").read_text()
-    print(shown["slow"])
+        if case == "even":
+            reports = [line["time"] for line in read_lines(run_dir / "metrics.jsonl") if line.get("kind") == "metrics"]
+            delay = slow_rank_delay(reports)
+    print(f"slow rank's delay: {delay * 1e3:.0f} ms", shown["slow"])
     assert "slow rank: rank 1 (node2) arrived last at " in shown["slow"]
     assert "jaxlaunch: slow rank: rank 1 (node2) arrived last at " in shown["slow output"]
     assert "slow rank" not in shown["even"] and "slow rank" not in shown["even output"]

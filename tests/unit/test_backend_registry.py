@@ -7,6 +7,8 @@ from click.testing import CliRunner
 from launcher import backends
 from launcher.cli import main
 from launcher.errors import UsageError
+from launcher.rundir import RunDirectory
+from launcher.spec import JobSpec
 
 
 def test_the_built_in_two_come_first_and_the_environment_adds_others(monkeypatch):
@@ -66,3 +68,24 @@ def test_importing_the_registry_does_not_import_the_seam():
     code = "import sys, launcher.cli; print('launcher.backends.base' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True).stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("target", ["no_such_module:K8s", "json:NoSuchClass", "antigravity_raises:K8s"])
+def test_a_backend_that_cannot_load_spoils_no_other_backends_lookup(target, monkeypatch, tmp_path, capsys):
+    """One broken third-party backend (missing module, wrong class, a module that raises while it
+    imports) is skipped with one warning: `status`, `cancel` and `logs` of local and Slurm jobs work."""
+    (tmp_path / "antigravity_raises.py").write_text("raise RuntimeError('half installed')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(backends, "_warned_unloadable", set())
+    monkeypatch.setenv("JAXLAUNCH_BACKENDS", f"k8s={target}")
+    assert backends.claimant("12345").name == "slurm"  # status/cancel/logs 12345 reach Slurm
+    run = RunDirectory.create(JobSpec(name="x", entrypoint="m:f"), tmp_path / "run")
+    assert backends.find_job(str(run.path)).backend == "local"
+    assert [b.name for b in backends.all_backends()] == ["local", "slurm"]
+    assert "Slurm job id" in backends.id_words()
+    with pytest.raises(UsageError, match="is neither"):  # a folder that is no run: the usual answer, not k8s's
+        backends.find_job(str(tmp_path / "nothing-here"))
+    warned = capsys.readouterr().err
+    assert warned.count("backend 'k8s'") == 1 and "cannot be loaded" in warned and "(skipped)" in warned, warned
+    with pytest.raises(UsageError, match=r"backend 'k8s' .* cannot be loaded"):  # asked for by name: named
+        backends.get_backend("k8s")

@@ -8,6 +8,7 @@ import errno
 import json
 import os
 import random
+import select
 import shutil
 import signal
 import subprocess
@@ -145,6 +146,9 @@ WRITER = textwrap.dedent("""
 """)
 
 
+KILLS_AT_LEAST, WRITER_SAVES_WITHIN = 10, 300
+
+
 @pytest.mark.parametrize("mode", ["async", "sync"])
 def test_kill_9_at_any_moment_of_a_save_leaves_a_whole_checkpoint(tmp_path, mode):
     """Each save writes ~4.1 MB of many leaves; SIGKILL lands at random points of it (asynchronous:
@@ -154,9 +158,14 @@ def test_kill_9_at_any_moment_of_a_save_leaves_a_whole_checkpoint(tmp_path, mode
     folder = tmp_path / "checkpoints"
     rng = random.Random(1234)
     latest, kills = -1, 0
-    deadline = time.monotonic() + 45
-    while kills < 20 and time.monotonic() < deadline:
+    # At least KILLS_AT_LEAST kills, however long a fresh writer (Python + NumPy) takes to start on a
+    # loaded machine; more while the window lasts. Only a writer that saves nothing is a failure.
+    started = time.monotonic()
+    while kills < KILLS_AT_LEAST or (kills < 20 and time.monotonic() - started < 45):
         writer = subprocess.Popen([sys.executable, str(script), str(folder), mode], stdout=subprocess.PIPE, text=True)
+        if not select.select([writer.stdout], [], [], WRITER_SAVES_WITHIN)[0]:
+            writer.kill()
+            pytest.fail(f"kill {kills + 1}: the writer saved nothing in {WRITER_SAVES_WITHIN} s")
         writer.stdout.readline()  # one save done: from now on it is always in the middle of one
         time.sleep(rng.uniform(0, 0.3))
         os.kill(writer.pid, signal.SIGKILL)
@@ -169,7 +178,6 @@ def test_kill_9_at_any_moment_of_a_save_leaves_a_whole_checkpoint(tmp_path, mode
         assert np.array_equal(state["big"], np.full(1 << 20, step, dtype=np.float32))
         for i, rows in enumerate(state["rows"]):
             assert np.array_equal(rows, np.full((64, 64), step + i))
-    assert kills >= 10, f"only {kills} kills in 45 s"
     leftovers = [p.name for p in folder.iterdir() if p.name.startswith(".")]
     assert len(leftovers) <= 1  # at most the temp folder of the last killed save (cleaned at the next)
 

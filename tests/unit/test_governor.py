@@ -30,6 +30,12 @@ def test_a_first_failure_a_new_place_or_a_new_checkpoint_is_tried_again():
     assert governor.repeated(exception(0, checkpoint=30), exception(1, checkpoint=35)) is None  # it got further
 
 
+def test_a_first_checkpoint_at_step_0_is_a_checkpoint_written_between():
+    """Attempt 0 wrote none, attempt 1 wrote step 0's: the next attempt starts later, so it is tried."""
+    assert governor.repeated(exception(0, checkpoint=None), exception(1, checkpoint=0)) is None
+    assert governor.repeated(exception(0, checkpoint=0), exception(1, checkpoint=0)) is not None  # nothing new
+
+
 def test_the_machines_faults_are_always_tried_again():
     lost = AttemptEnd(1, "node_failure", step=40, checkpoint=30)
     assert governor.repeated(AttemptEnd(0, "node_failure", step=40, checkpoint=30), lost) is None

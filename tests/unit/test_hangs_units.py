@@ -407,12 +407,13 @@ def test_failure_json_of_a_hang_carries_the_roll_call_and_its_summary_names_the_
 # --- where a thread is (real threads) --------------------------------------------------------
 
 def _place_of_blocked(target):
-    """The place of a thread blocked in `target` (a function of this file)."""
+    """The place of a thread blocked in `target` (a function of this file). What the thread imports
+    is imported by the caller first: on a loaded machine importing JAX outlasts any fixed wait."""
     ready, release = threading.Event(), threading.Event()
     thread = threading.Thread(target=target, args=(ready, release), daemon=True)
     thread.start()
-    ready.wait(5)
-    time.sleep(0.2)
+    assert ready.wait(120), "the thread never reached the call it blocks in"
+    time.sleep(0.2)  # from ready.set() into that call: a few bytecodes
     try:
         return stacks.place(thread.ident)
     finally:
@@ -433,7 +434,7 @@ def _waits_in_a_launcher_barrier(ready, release):
 
     def barrier(name="x", timeout=None):  # a stand-in with the collectives module's file and name
         ready.set()
-        release.wait(5)
+        release.wait(120)  # the test releases it; a timeout only ends a thread the test lost
 
     barrier.__code__ = barrier.__code__.replace(co_filename=ops.__file__, co_name="barrier")
     barrier("epoch")
@@ -444,6 +445,7 @@ def test_place_names_the_call_a_job_line_makes(monkeypatch):
     place = _place_of_blocked(_waits_on_a_lock)
     assert place["kind"] == "own" and place["detail"] == "lock.acquire"
     assert place["where"].startswith(f"{__file__}:") and place["where"].endswith("in _waits_on_a_lock")
+    import launcher.rank.collectives.ops  # noqa: F401  (imports JAX: done before the thread's clock starts)
     place = _place_of_blocked(_waits_in_a_launcher_barrier)
     assert place["kind"] == "barrier" and place["detail"] == "launcher.barrier"
 

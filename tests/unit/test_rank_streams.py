@@ -13,7 +13,7 @@ import pytest
 
 import launcher
 from launcher.rank import output
-from launcher.rank.output import PARTIAL_LINE, PARTIAL_WAIT_SECONDS, Prefixer, Pump, split_segments
+from launcher.rank.output import CONTINUED_LINE, PARTIAL_LINE, PARTIAL_WAIT_SECONDS, Prefixer, Pump, split_segments
 from launcher.supervisor import streams
 from launcher.supervisor.streams import LauncherOutput, StreamForwarder
 
@@ -57,7 +57,7 @@ def test_the_pump_holds_a_lines_start_briefly_then_sends_it_marked_as_unfinished
     assert pump.flush_partial(pump.pending_since[2] + 1.0) is None
     assert err.read() == b"[rank 0]  10%|" + PARTIAL_LINE + b"\n"
     pump.feed(2, b"\r 20%|\n")
-    assert err.read() == b"\r[rank 0]  20%|\n"
+    assert err.read() == b"[rank 0] " + CONTINUED_LINE + b"\r[rank 0]  20%|\n"  # the rest says whose it is
     pump.feed(1, b"....")  # pytest's dots: no carriage return, so the line waits for its end
     assert pump.flush_partial(pump.pending_since[1] + 1.0) is None and out.read() == b""
     pump.feed(1, b"s [100%]\n")
@@ -119,8 +119,9 @@ def forwarded(mode="tagged", *chunks, tmp_path):
 
 
 def test_the_supervisor_puts_an_unfinished_line_back_together_and_shows_it_at_once(tmp_path):
-    shown, said = forwarded("tagged", b"[rank 0]  10%|" + PARTIAL_LINE + b"\n", b"\r[rank 0]  20%|" + PARTIAL_LINE,
-                            b"\n", b"\n[rank 1] hello\n", tmp_path=tmp_path)
+    rest = b"[rank 0] " + CONTINUED_LINE
+    shown, said = forwarded("tagged", b"[rank 0]  10%|" + PARTIAL_LINE + b"\n", rest + b"\r[rank 0]  20%|" + PARTIAL_LINE,
+                            b"\n", rest + b"\n[rank 1] hello\n", tmp_path=tmp_path)
     assert shown == b"[rank 0]  10%|\r[rank 0]  20%|\n[rank 1] hello\n"
     assert said == []  # every line was a rank's
 
@@ -138,6 +139,29 @@ def test_the_launchers_own_lines_are_timed_when_the_first_of_them_came(tmp_path,
     said.add(b"a later line\n")
     said.close()
     assert said.first_seen == 1001.0
+
+
+@pytest.mark.parametrize("mode, expected", [
+    ("tagged", b"\r[rank 1]  50%|\n[rank 0] loss 0.5\n[rank 1]  done\n"),
+    ("plain", b"\r 50%|\nloss 0.5\n done\n"),
+    ("rank0", b"\rloss 0.5\n"),
+])
+def test_the_rest_of_a_line_stays_its_ranks_when_another_ranks_line_came_between(mode, expected, tmp_path):
+    """Rank 1's bar frame goes out unfinished, rank 0's line passes, then rank 1 ends its line: the
+    rest is rank 1's (not mpirun's line, not in launcher.log, not shown as rank 0's)."""
+    consoles = {rank: Console() for rank in (0, 1)}
+    pumps = {rank: Pump({1: -1}, {1: consoles[rank].write_end}, os.open(tmp_path / f"rank-{rank}.log",
+                        os.O_WRONLY | os.O_CREAT | os.O_APPEND), f"[rank {rank}] ".encode()) for rank in (0, 1)}
+
+    def written(rank, data):
+        pumps[rank].feed(1, data)
+        pumps[rank].flush_partial()  # as after PARTIAL_WAIT_SECONDS
+        return consoles[rank].read()
+
+    chunks = [written(1, b"\r 50%|"), written(0, b"loss 0.5\n"), written(1, b" done\n")]
+    shown, said = forwarded(mode, *chunks, tmp_path=tmp_path)
+    assert said == [] and (tmp_path / "launcher.log").read_bytes() == b""
+    assert shown == expected  # and rank 1's bar frame is ended before rank 0's line
 
 
 @pytest.mark.parametrize("mode, expected", [

@@ -61,7 +61,7 @@ def run_checks(env: Mapping[str, str] = os.environ, spec=None) -> list[Check]:
     (launcher.launchers.mpirun.find_mpirun: beside this Python first, then this process's PATH). `spec`: a
     JobSpec whose container runtime and image are checked too."""
     import launcher
-    from ...backends import get_backend, names
+    from ...backends import all_backends
     from ...errors import UsageError
 
     try:
@@ -75,7 +75,7 @@ def run_checks(env: Mapping[str, str] = os.environ, spec=None) -> list[Check]:
     mpi4py_run = python_probe(MPI4PY_PROBE, env)
     mpi4jax_run = python_probe(MPI4JAX_PROBE, env)
     jax_run = python_probe(JAX_PROBE, env)
-    backend_checks = [get_backend(name).start_doctor_checks(env) for name in names()]  # Slurm: scontrol ping
+    backend_checks = [backend.start_doctor_checks(env) for backend in all_backends()]  # Slurm: scontrol ping
     contained = spec is not None and spec.container is not None
     container_answer, container_probe = start_container_probes(spec, env) if contained else (None, None)
 
