@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from ...rundir.names import RANK_LOG, every_rank
 
 STEP = re.compile(rb"\bstep\s*[=:#]?\s*(\d+)", re.IGNORECASE)
 
@@ -36,7 +37,7 @@ def steps_by_attempt(run_dir: Path, attempts: list[int]) -> dict[int, dict[int, 
         if attempt == attempts[-1] and not folder.is_dir():
             folder = logs
         found[attempt] = {int(path.stem.split("-")[1]): printed_steps(path)
-                          for path in folder.glob("rank-*.log") if path.stem.split("-")[1].isdigit()}
+                          for path in folder.glob(every_rank(RANK_LOG)) if path.stem.split("-")[1].isdigit()}
     return found
 
 
