@@ -228,6 +228,28 @@ EOF
 step allreduce-gpu 25 0 env CUDA_VISIBLE_DEVICES=0 MPI4JAX_USE_CUDA_MPI=0 JAX_PLATFORMS=cuda \
     XLA_PYTHON_CLIENT_PREALLOCATE=false mpirun -n 2 --bind-to none python3 -m mpi4py "$W/allreduce_gpu.py"
 
+# f. XLA's GPU execution watchdog (issue 51): jaxlaunch renders --xla_gpu_execution_terminate_timeout beside
+# the NCCL one (auto: 1200s) and a GPU rank starts with it; a short one ends an XLA execution that runs past it.
+cat > "$W/xla_flags.py" <<'EOF2'
+import os, jax, jax.numpy as jnp
+print("XLA_FLAGS in the rank:", os.environ.get("XLA_FLAGS"))
+print("sum on", jax.devices()[0], float(jnp.ones(1024).sum()))
+EOF2
+step xla-flags-rendered 30 0 jaxlaunch run "$W/xla_flags.py" -n 1 --set platform=gpu --run-dir "$R/flags"
+grep -h "XLA_FLAGS in the rank" "$W/steps/xla-flags-rendered.txt" "$R/flags/logs/rank-0.log" 2>/dev/null | head -2
+cat > "$W/long_execution.py" <<'EOF2'
+import time, jax, jax.numpy as jnp
+x = jnp.ones((4096, 4096), jnp.float32) / 4096
+step = jax.jit(lambda x, n: jax.lax.fori_loop(0, n, lambda i, y: (y @ y) * 0.5 + x, x))
+step(x, 2).block_until_ready()                       # compiled: the watchdog never counts a compile
+t0 = time.perf_counter(); step(x, 200).block_until_ready(); per = (time.perf_counter() - t0) / 200
+n = int(20 / per)
+print(f"one iteration {per * 1e3:.3f} ms; now one execution of {n} iterations (~20 s)", flush=True)
+t0 = time.perf_counter(); step(x, n).block_until_ready()
+print(f"the execution ran to its end in {time.perf_counter() - t0:.1f} s", flush=True)
+EOF2
+step xla-exec-watchdog-3s 45 'fail:.' env XLA_FLAGS=--xla_gpu_execution_terminate_timeout=3s python3 "$W/long_execution.py"
+
 # ---------------------------------------------------------------------------------------------------
 # What comes back: gpu_check.log, summary.txt, the benchmark's bench.json and plot, the run dirs
 # ---------------------------------------------------------------------------------------------------
