@@ -123,7 +123,8 @@ def test_a_stall_in_the_loader_is_ended_with_its_culprit_named_under_the_default
     assert failure["reason"] == "hang", failure["summary"]
     roll = failure["hang"]["roll_call"]
     assert [c["rank"] for c in roll["culprits"]] == [1] and "in load_batch" in roll["culprits"][0]["where"], roll
-    assert "the ranks stand apart: rank 1 at" in result.stderr and "load_batch" in result.stderr
+    assert "the ranks stand apart: rank 1 in its own code at" in result.stderr and "load_batch" in result.stderr
+    assert "rule: split" in result.stderr
     assert time.time() - started < 200
 
 
