@@ -106,6 +106,19 @@ def legit_write(seconds):           # rank 0 writes a checkpoint of its own whil
     os.unlink(path)
 
 
+def legit_restore(seconds):        # rank 0 restores a checkpoint of its own, read back in pieces
+    path = f"{os.environ.get('STALLS_DIR', '.')}/restore-{RANK}.bin"
+    with open(path, "wb") as out:
+        out.write(os.urandom(1 << 20) * 64)
+    end, total = time.monotonic() + seconds, 0
+    while time.monotonic() < end:
+        with open(path, "rb") as source:
+            while chunk := source.read(1 << 20):
+                total += chunk[0]
+    os.unlink(path)
+    return total
+
+
 def legit_thread(seconds):          # rank 0's main thread joins a worker thread that computes
     worker = threading.Thread(target=busy_for, args=(seconds,))
     worker.start()
@@ -131,7 +144,7 @@ def every_rank_xla(seconds):        # one long XLA computation on every rank
     xla_work(seconds)
 
 
-LEGIT_RANK0 = [legit_eval, legit_upload, legit_child_io, legit_network, legit_callback,
+LEGIT_RANK0 = [legit_eval, legit_upload, legit_child_io, legit_network, legit_restore, legit_callback,
                legit_write, legit_thread, legit_progress, legit_compile]
 LEGIT_EVERY_RANK = [every_rank_sleep, every_rank_xla]
 
