@@ -345,11 +345,13 @@ class HangWatchdog:
         auto = "auto, " if self.hang_timeout == AUTO else ""
         judged = {r: e for r, e in stacks.items() if r in running}
         assumed_waiting: set[int] = set()
-        if silent and not overdue:
+        if silent:
             # A rank that tells, idle in its own code while others wait, is a culprit by what it says;
-            # a silent one beside it may be polling in MPI with the GIL held (its last word was before).
-            talking = {r: e for r, e in judged.items() if r not in silent}
-            apart, strong = stand_apart({**talking, **{r: {**judged[r], "kind": "mpi"} for r in silent if r in judged}})
+            # a silent (or late) one beside it may be polling in MPI with the GIL held (its last word
+            # was before), as a whole group of ranks in mpi4py's allreduce is.
+            quiet = {*silent, *overdue}
+            talking = {r: e for r, e in judged.items() if r not in quiet}
+            apart, strong = stand_apart({**talking, **{r: {**judged[r], "kind": "mpi"} for r in quiet if r in judged}})
             if strong and any(r not in silent for r in apart):
                 assumed_waiting, silent = set(silent), []
         if silent and idle > split:  # overrides any phase: a frozen compile is still frozen

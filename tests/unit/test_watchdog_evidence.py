@@ -263,3 +263,25 @@ def test_a_computing_thread_or_child_is_seen_running_and_a_sleeping_child_is_not
     finally:
         sleeper.kill()
         sleeper.wait()
+
+
+def test_at_8_ranks_a_group_going_silent_in_mpi_one_by_one_does_not_outvote_the_idle_rank():
+    """Seen in CI at 8 ranks on a loaded machine, bounds scaled: seven ranks entered mpi4py's
+    allreduce (the GIL held while it polls) from the warm-up's sleep; six were silent while one was
+    only late, and the six were named. The idle rank in its loader is the culprit."""
+    clock = Clock()
+    dog = HangWatchdog("auto", clock, size=8)
+    dog.scale = 0.02  # as the corpus's JAXLAUNCH_WATCHDOG_SCALE: the split bound is 2.4 s
+    others = [r for r in range(8) if r != 1]
+    started(dog, {r: ("warmup", None) for r in range(8)})
+    for r in others:
+        dog.activity(r, activity("warmup", "own"))  # their last words: in the warm-up's sleep
+    late, found = others[-1], None
+    for i in range(15):
+        clock.now += 2
+        dog.activity(1, activity("loader", "own"))
+        if i == 1:
+            dog.activity(late, activity("warmup", "own"))  # one monitor got one more word out
+        found = found or dog.check()
+    assert found is not None and "rank 1 in its own code at prog.py:1 in loader" in found, found
+    assert dog.verdict == {"rule": "split", "culprits": [1]}
