@@ -311,8 +311,21 @@ class HangWatchdog:
                                f"save or restore, which gets {CHECKPOINT_FACTOR}x hang_timeout "
                                f"({format_seconds(allowed)}; rule: reports); {key}")
         setting = f"auto, {format_seconds(allowed)} now" if self.hang_timeout == AUTO else format_seconds(allowed)
-        return self._found("reports", [], f"no rank made progress for {idle:.0f} s (hang_timeout: {setting}; "
-                           f"rule: reports); {key}")
+        suspects = self._suspects()
+        named = f"; {', '.join(f'rank {r}' for r in suspects[:4])} stopped or stopped telling" if suspects else ""
+        return self._found("reports", suspects, f"no rank made progress for {idle:.0f} s (hang_timeout: {setting}; "
+                           f"rule: reports){named}; {key}")
+
+    def _suspects(self) -> list[int]:
+        """The ranks whose process was seen stopped, or whose activity is late, when not every rank's
+        is: a stall of the reports names them (the drill's short hang_timeout comes before the
+        stopped and silent rules' own bounds)."""
+        with self._lock:
+            now = self.clock()
+            running = set(range(self.size)) - self.finished
+            late = {r for r, e in self.stacks.items() if r in running and now - e["at"] >= OVERDUE_SECONDS}
+            found = {r for r in self.stopped if r in running} | late
+        return sorted(found) if found and found != running else []
 
     def _check_stacks(self) -> str | None:
         limits = self.stall_limits()

@@ -285,3 +285,19 @@ def test_at_8_ranks_a_group_going_silent_in_mpi_one_by_one_does_not_outvote_the_
         found = found or dog.check()
     assert found is not None and "rank 1 in its own code at prog.py:1 in loader" in found, found
     assert dog.verdict == {"rule": "split", "culprits": [1]}
+
+
+def test_a_job_that_reports_and_stalls_past_hang_timeout_names_its_stopped_rank():
+    """Seen in CI: the drill's hang trial on a job that reports, hang_timeout 5. The reports rule fired
+    before the stopped rule's 5 s, named nobody, and the trial failed. The stopped (or late) rank is named."""
+    clock = Clock()
+    dog = HangWatchdog(5, clock, size=2)
+    started(dog, {0: ("step", None), 1: ("step", None)})
+    dog.progress(0, {"step": 1, "time": 1.0, "total": None, "step_seconds": 0.1})
+    for _ in range(3):
+        clock.now += 2
+        dog.activity(0, activity("step", "xla"))
+    dog.process_states({0: "S", 1: "T"})
+    found = dog.check()
+    assert found is not None and "rule: reports" in found and "rank 1 stopped or stopped telling" in found, found
+    assert dog.verdict == {"rule": "reports", "culprits": [1]}
